@@ -1,0 +1,1 @@
+"""Offline corpora and procedural generators (no downloads at run time)."""

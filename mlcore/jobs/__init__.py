@@ -1,0 +1,45 @@
+"""Job kinds and the contract they follow (``shared/DESIGN.md``, "The job-kind contract")."""
+
+from mlcore.jobs.context import InMemoryContext, JobContext
+from mlcore.jobs.params import (
+    Bool,
+    Choice,
+    Dataset,
+    Estimate,
+    File,
+    Float,
+    Int,
+    Key,
+    Model,
+    Multi,
+    Numbers,
+    Param,
+    ParamError,
+    Seed,
+    Text,
+)
+from mlcore.jobs.spec import JobCancelled, JobError, JobSpec, ValidationError
+
+__all__ = [
+    "Bool",
+    "Choice",
+    "Dataset",
+    "Estimate",
+    "File",
+    "Float",
+    "InMemoryContext",
+    "Int",
+    "JobCancelled",
+    "JobContext",
+    "JobError",
+    "JobSpec",
+    "Key",
+    "Model",
+    "Multi",
+    "Numbers",
+    "Param",
+    "ParamError",
+    "Seed",
+    "Text",
+    "ValidationError",
+]

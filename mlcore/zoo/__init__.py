@@ -1,0 +1,1 @@
+"""Small models with their training recipes (``python -m mlcore.zoo train NAME``)."""
