@@ -1,0 +1,10 @@
+"""Benchmark entry points: ``python -m mlcore.bench NAME --tier quick|full``.
+
+Each benchmark module defines ``run(tier: str, results: Path) -> None`` and writes
+``bench/results/NAME.md`` and ``NAME.json``. Speeds are reported as ratios against a baseline
+measured in the same run, because these machines are noisy.
+"""
+
+BENCHMARKS: dict[str, str] = {
+    "core": "mlcore.bench.core",
+}

@@ -1,0 +1,57 @@
+"""Helpers every benchmark uses: timing with warm-up and medians, machine facts, result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+
+def median_seconds(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:
+        pass
+    return info
+
+
+def matmul_peak_flops(dtype: str = "float32", n: int = 1024, repeats: int = 5) -> float:
+    """The machine's measured fp32 matmul throughput (FLOP/s), the denominator of 'fraction of peak'."""
+    import torch
+
+    a = torch.randn(n, n, dtype=getattr(torch, dtype))
+    b = torch.randn(n, n, dtype=getattr(torch, dtype))
+    seconds = median_seconds(lambda: a @ b, repeats=repeats, warmup=2)
+    return 2 * n**3 / seconds
+
+
+def write_results(results: Path, name: str, markdown: str, data: dict[str, Any]) -> None:
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    data = {"name": name, "written_at": stamp, "machine": machine(), **data}
+    (results / f"{name}.json").write_text(json.dumps(data, indent=1, default=str))
+    (results / f"{name}.md").write_text(markdown.rstrip() + f"\n\n_Written {stamp} on {machine()['platform']}._\n")
