@@ -7,4 +7,5 @@ measured in the same run, because these machines are noisy.
 
 BENCHMARKS: dict[str, str] = {
     "core": "mlcore.bench.core",
+    "compress": "mlcore.bench.compress",
 }

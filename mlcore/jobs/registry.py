@@ -19,7 +19,7 @@ from typing import Any
 
 from mlcore.jobs.spec import JobSpec
 
-KIND_MODULES: tuple[str, ...] = ()
+KIND_MODULES: tuple[str, ...] = ("mlcore.jobs.compress_moe", "mlcore.jobs.moe_profile")
 
 
 class UnknownKind(LookupError):

@@ -1,0 +1,33 @@
+// Bundle the browser code into webapp/static/build/ (gitignored; `make frontend` runs this).
+// One ES-module entry plus lazily loaded chunks: vega-embed (~1 MB) only reaches pages that draw a chart.
+import * as esbuild from "esbuild";
+import { fileURLToPath } from "node:url";
+import path from "node:path";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const outdir = path.resolve(here, "../webapp/static/build");
+const watch = process.argv.includes("--watch");
+
+const options = {
+  entryPoints: {
+    main: path.join(here, "src/js/main.js"),
+    moelab: path.join(here, "src/css/moelab.css"),
+  },
+  outdir,
+  bundle: true,
+  splitting: true,
+  format: "esm",
+  target: ["es2020"],
+  minify: !watch,
+  sourcemap: watch,
+  chunkNames: "chunks/[name]-[hash]",
+  legalComments: "linked",
+  logLevel: "info",
+};
+
+if (watch) {
+  const context = await esbuild.context(options);
+  await context.watch();
+} else {
+  await esbuild.build(options);
+}

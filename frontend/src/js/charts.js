@@ -1,0 +1,35 @@
+// Vega-Lite charts from the specs a job stored with ctx.chart. Each chart element names a
+// <script type="application/json"> holding its spec, so the page never evaluates spec text.
+import embed from "vega-embed";
+
+const darkQuery = window.matchMedia("(prefers-color-scheme: dark)");
+
+export async function drawCharts(root) {
+  const scope = root.querySelectorAll ? root : document;
+  const targets = [...scope.querySelectorAll("[data-chart]")];
+  if (root.matches?.("[data-chart]")) targets.push(root);
+  for (const element of targets) {
+    if (element.dataset.drawn) continue;
+    const source = document.getElementById(element.dataset.chart);
+    if (!source) continue;
+    element.dataset.drawn = "pending";
+    const spec = JSON.parse(source.textContent);
+    // Fill the card's width unless the job fixed one; "container" needs a sized parent (the frame).
+    if (spec.width === undefined && !spec.facet && !spec.repeat && !spec.concat && !spec.hconcat) {
+      spec.width = "container";
+    }
+    try {
+      await embed(element, spec, {
+        renderer: "svg",
+        theme: darkQuery.matches ? "dark" : undefined,
+        // PNG and JSON downloads come from the server (vl-convert), linked beside each chart.
+        actions: false,
+        config: { background: "transparent", autosize: { type: "fit-x", contains: "padding" } },
+      });
+      element.dataset.drawn = "done";
+    } catch (error) {
+      element.dataset.drawn = "failed";
+      element.textContent = `This chart could not be drawn: ${error.message}`;
+    }
+  }
+}

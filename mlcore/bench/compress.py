@@ -1,0 +1,247 @@
+"""``make bench-compress``: MoNE's three-dimension robustness study on the zoo's MoE models (issue 5).
+
+Grid: methods × pruning ratio × calibration source × calibration sample count × architecture ×
+seed. A seed draws which calibration sequences are used (and the random baseline's subset), so
+the spread over seeds is the sensitivity to the calibration sample. For every configuration the
+compressed model is scored on held-out text from every built-in source (mean perplexity, reported
+as the increase over the unpruned model in percent) and on the cloze suite (accuracy drop in
+points). Calibration runs once per (architecture, source, samples, seed) and serves every method.
+
+The full tier writes one JSON per finished configuration under ``bench/cache/compress/`` and skips
+those on the next run, so an interrupted study resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlcore.bench.common import write_results
+
+CACHE = Path(__file__).resolve().parents[2] / "bench" / "cache" / "compress"
+METHOD_ORDER = ("mone", "mone-zero", "mone-delete", "random", "frequency", "rs", "ean", "reap", "naee", "hc-smoe")
+
+
+@dataclass(frozen=True)
+class Tier:
+    models: tuple[str, ...]
+    ratios: tuple[float, ...]
+    sources: tuple[str, ...]
+    samples: tuple[int, ...]
+    seeds: tuple[int, ...]
+    eval_windows: int
+    cloze_items: int
+
+
+TIERS = {
+    "quick": Tier(("moe-lm-tiny",), (0.25, 0.5), ("shakespeare",), (64,), (0,), 128, 100),
+    "full": Tier(
+        ("moe-lm-tiny", "moe-lm-olmoe"),
+        (0.25, 0.5),
+        ("shakespeare", "stdlib-source"),
+        (16, 64, 256),
+        (0, 1, 2),
+        512,
+        200,
+    ),
+}
+
+
+def calibration_windows(tokenizer: Any, source: str, samples: int, seed: int, length: int = 128) -> Any:
+    """``samples`` windows drawn (seeded) from the non-overlapping windows of ``source``'s calibration split."""
+    import torch
+
+    from mlcore.data.textset import source_splits
+    from mlcore.eval.perplexity import heldout_windows
+
+    pool = heldout_windows(tokenizer, source_splits((source,), "calibration")[source], length=length, max_windows=4096)
+    if len(pool) < samples:
+        raise ValueError(f"{source}'s calibration split holds {len(pool)} windows of {length} tokens, not {samples}")
+    order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))
+    return pool[order[:samples]]
+
+
+def _key(model: str, source: str, samples: int, seed: int, method: str, ratio: float) -> str:
+    return f"{model}_{source}_{samples}_{seed}_{method}_{ratio:g}"
+
+
+def _run_group(
+    model_name: str, source: str, samples: int, seed: int, tier: Tier, cache: Path | None, state: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every method × ratio for one calibration; cached rows are read back, missing ones computed."""
+    from mlcore.compress.calibrate import calibrate
+    from mlcore.compress.methods import NEEDS_LAYER_INPUTS, compressed_copy, make_plan
+    from mlcore.compress.naee import MAX_SUBSETS
+    from mlcore.compress.plan import experts_to_keep
+    from mlcore.hf import adapt
+
+    model, tokenizer, heldout, base = state["model"], state["tokenizer"], state["heldout"], state["base"]
+    adapter = adapt(model)
+    num_experts, top_k = adapter.layers[0].num_experts, adapter.layers[0].top_k
+    rows, todo = [], []
+    for ratio in tier.ratios:
+        for method in METHOD_ORDER:
+            key = _key(model_name, source, samples, seed, method, ratio)
+            path = cache / f"{key}.json" if cache else None
+            if path is not None and path.exists():
+                rows.append(json.loads(path.read_text()))
+            else:
+                todo.append((ratio, method, path))
+    if not todo:
+        return rows
+    import math
+
+    windows = calibration_windows(tokenizer, source, samples, seed)
+    started = time.perf_counter()
+    calibration = calibrate(adapter, windows, batch_size=32, keep_inputs=2048, seed=seed)
+    calibration_seconds = time.perf_counter() - started
+    for ratio, method, path in todo:
+        keep = experts_to_keep(num_experts, top_k, ratio=ratio)
+        row: dict[str, Any] = {"model": model_name, "source": source, "samples": samples, "seed": seed}
+        row.update({"method": method, "ratio": ratio, "keep": keep, "calibration_seconds": calibration_seconds})
+        if method in NEEDS_LAYER_INPUTS and math.comb(num_experts, keep) > MAX_SUBSETS:
+            row["skipped"] = f"C({num_experts}, {keep}) subsets is too many to enumerate"
+        else:
+            started = time.perf_counter()
+            plan = make_plan(method, adapter, calibration, keep, seed=seed)
+            compressed, _ = compressed_copy(model, plan)
+            result = heldout.evaluate(compressed, tokenizer)
+            row["seconds"] = time.perf_counter() - started
+            row["ppl_mean"] = result["ppl_mean"]
+            row["perplexity"] = result["perplexity"]
+            row["delta_ppl_pct"] = 100 * (result["ppl_mean"] / base["ppl_mean"] - 1)
+            row["acc"] = result.get("acc")
+            row["delta_acc_pts"] = 100 * (result["acc"] - base["acc"]) if "acc" in result else None
+        print(json.dumps({k: v for k, v in row.items() if k != "perplexity"}), flush=True)
+        if path is not None:
+            path.write_text(json.dumps(row, indent=1))
+        rows.append(row)
+    return rows
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return float("nan"), float("nan")
+    return statistics.fmean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
+def summarise(rows: list[dict[str, Any]], ratios: tuple[float, ...]) -> dict[str, Any]:
+    """Per method and ratio: mean ± std of Δppl% and Δacc, and the spread of the mean across each dimension."""
+    summary: dict[str, Any] = {}
+    for ratio in ratios:
+        per_method: dict[str, Any] = {}
+        for method in METHOD_ORDER:
+            mine = [r for r in rows if r["method"] == method and r["ratio"] == ratio and "skipped" not in r]
+            if not mine:
+                continue
+            entry: dict[str, Any] = {"configs": len(mine)}
+            entry["delta_ppl_pct"] = _mean_std([r["delta_ppl_pct"] for r in mine])
+            accs = [r["delta_acc_pts"] for r in mine if r.get("delta_acc_pts") is not None]
+            entry["delta_acc_pts"] = _mean_std(accs)
+            for dimension in ("source", "samples", "model"):
+                groups: dict[Any, list[float]] = {}
+                for r in mine:
+                    groups.setdefault(r[dimension], []).append(r["delta_ppl_pct"])
+                means = [statistics.fmean(v) for v in groups.values()]
+                entry[f"spread_{dimension}"] = max(means) - min(means) if len(means) > 1 else 0.0
+            per_method[method] = entry
+        summary[f"{ratio:g}"] = per_method
+    return summary
+
+
+def _markdown(tier_name: str, tier: Tier, summary: dict[str, Any], bases: dict[str, Any], elapsed: float) -> str:
+    lines = [
+        "# Expert pruning robustness (MoNE and baselines)",
+        "",
+        f"Tier **{tier_name}**: models {', '.join(tier.models)}; ratios {', '.join(f'{r:g}' for r in tier.ratios)}; "
+        f"calibration sources {', '.join(tier.sources)}; samples {', '.join(map(str, tier.samples))}; "
+        f"seeds {', '.join(map(str, tier.seeds))}; {tier.eval_windows} held-out windows of 128 tokens per source; "
+        f"{tier.cloze_items} cloze items per source (4 choices). {elapsed / 60:.1f} min.",
+        "",
+        "Unpruned models:",
+        "",
+        "| model | mean ppl | "
+        + " | ".join(f"ppl {s}" for s in next(iter(bases.values()))["perplexity"])
+        + " | cloze acc |",
+        "|---|---|" + "---|" * len(next(iter(bases.values()))["perplexity"]) + "---|",
+    ]
+    for name, base in bases.items():
+        ppl = " | ".join(f"{v:.2f}" for v in base["perplexity"].values())
+        lines.append(f"| {name} | {base['ppl_mean']:.2f} | {ppl} | {100 * base.get('acc', float('nan')):.1f}% |")
+    for ratio, per_method in summary.items():
+        lines += [
+            "",
+            f"## Pruning ratio {ratio}",
+            "",
+            "Δppl: increase of the mean held-out perplexity over the unpruned model (%, mean ± std over all "
+            "configurations); Δacc: cloze accuracy change (points). Spreads: range of the mean Δppl across "
+            "calibration sources / sample counts / models.",
+            "",
+            "| method | configs | Δppl % | Δacc pts | spread source | spread samples | spread model |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for method, e in sorted(per_method.items(), key=lambda kv: kv[1]["delta_ppl_pct"][0]):
+            lines.append(
+                f"| {method} | {e['configs']} | {e['delta_ppl_pct'][0]:.2f} ± {e['delta_ppl_pct'][1]:.2f} | "
+                f"{e['delta_acc_pts'][0]:+.2f} ± {e['delta_acc_pts'][1]:.2f} | {e['spread_source']:.2f} | "
+                f"{e['spread_samples']:.2f} | {e['spread_model']:.2f} |"
+            )
+        lines += ["", _verdict(per_method)]
+    return "\n".join(lines) + "\n"
+
+
+def _verdict(per_method: dict[str, Any]) -> str:
+    """One sentence that says, from the data, whether MoNE degraded least and varied least."""
+    if "mone" not in per_method:
+        return "MoNE was not run."
+    by_mean = sorted(per_method, key=lambda m: per_method[m]["delta_ppl_pct"][0])
+    by_std = sorted(per_method, key=lambda m: per_method[m]["delta_ppl_pct"][1])
+    rank_mean, rank_std = by_mean.index("mone") + 1, by_std.index("mone") + 1
+    return (
+        f"MoNE ranks {rank_mean} of {len(by_mean)} by mean Δppl (best: {by_mean[0]}) and {rank_std} of "
+        f"{len(by_std)} by its spread (steadiest: {by_std[0]})."
+        + ("" if rank_mean == 1 else " The paper's expectation (MoNE degrades least) does not hold here.")
+    )
+
+
+def run(tier: str, results: Path) -> None:
+    import torch
+
+    from mlcore.catalog import materialize
+    from mlcore.data.registry import TEXT_SOURCES
+    from mlcore.eval.heldout import prepare_heldout
+    from mlcore.hf import load_model
+    from mlcore.zoo.registry import MODELS
+    from mlcore.zoo.tokenizer import load_hf_tokenizer
+
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    spec = TIERS[tier]
+    cache = CACHE if tier == "full" else None
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+    items = {item.name: item for item in MODELS}
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    bases: dict[str, Any] = {}
+    for model_name in spec.models:
+        folder = materialize(items[model_name])
+        model, tokenizer = load_model(folder), load_hf_tokenizer(folder)
+        heldout = prepare_heldout(
+            tokenizer, TEXT_SOURCES, length=128, windows=spec.eval_windows, cloze_items=spec.cloze_items
+        )
+        base = heldout.evaluate(model, tokenizer)
+        bases[model_name] = base
+        state = {"model": model, "tokenizer": tokenizer, "heldout": heldout, "base": base}
+        for source in spec.sources:
+            for samples in spec.samples:
+                for seed in spec.seeds:
+                    rows += _run_group(model_name, source, samples, seed, spec, cache, state)
+    elapsed = time.perf_counter() - started
+    summary = summarise(rows, spec.ratios)
+    body = _markdown(tier, spec, summary, bases, elapsed)
+    write_results(results, "compress", body, {"tier": tier, "summary": summary, "bases": bases, "rows": rows})
+    print(body)

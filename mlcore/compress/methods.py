@@ -1,0 +1,68 @@
+"""Every compression method by its job-facing name, and one call that plans and applies it."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from mlcore.compress.baselines import plan_ean, plan_frequency, plan_random, plan_reap, plan_routing_score
+from mlcore.compress.calibrate import Calibration
+from mlcore.compress.hcsmoe import plan_hcsmoe
+from mlcore.compress.mone import plan_mone
+from mlcore.compress.naee import plan_naee
+from mlcore.compress.plan import CompressionPlan, apply_plan
+from mlcore.hf.adapter import MoEAdapter, adapt
+
+#: Name → title; the order is the report's.
+METHODS: dict[str, str] = {
+    "mone": "MoNE (novices = mean outputs)",
+    "mone-zero": "MoNE ranking, zero novices",
+    "mone-delete": "MoNE ranking, experts deleted",
+    "random": "Random",
+    "frequency": "Frequency",
+    "rs": "Routing score (model-wide)",
+    "ean": "EAN",
+    "reap": "REAP",
+    "naee": "NAEE (enumeration)",
+    "hc-smoe": "HC-SMoE (merging)",
+}
+#: Methods whose calibration must keep each layer's sampled inputs.
+NEEDS_LAYER_INPUTS = ("naee",)
+
+
+def make_plan(
+    method: str, adapter: MoEAdapter, calibration: Calibration, keep: int, *, scope: str = "layer", seed: int = 0
+) -> CompressionPlan:
+    """The plan of ``method`` keeping ``keep`` experts per layer (``scope`` = ``layer`` | ``global``)."""
+    if method == "mone":
+        return plan_mone(calibration, keep, scope=scope)
+    if method == "mone-zero":
+        return plan_mone(calibration, keep, scope=scope, zero_novices=True)
+    if method == "mone-delete":
+        return plan_mone(calibration, keep, scope=scope, delete=True)
+    if method == "random":
+        return plan_random(calibration, keep, scope=scope, seed=seed)
+    if method == "frequency":
+        return plan_frequency(calibration, keep, scope=scope)
+    if method == "rs":
+        return plan_routing_score(calibration, keep)
+    if method == "ean":
+        return plan_ean(calibration, keep, scope=scope)
+    if method == "reap":
+        return plan_reap(calibration, keep, scope=scope)
+    if method == "naee":
+        return plan_naee(adapter, calibration, keep)
+    if method == "hc-smoe":
+        return plan_hcsmoe(adapter, calibration, keep)
+    raise ValueError(f"unknown compression method {method!r}; known: {', '.join(METHODS)}")
+
+
+def compressed_copy(model: Any, plan: CompressionPlan) -> tuple[Any, MoEAdapter]:
+    """A deep copy of ``model`` with ``plan`` applied (the original stays intact for the next method)."""
+    clone = copy.deepcopy(model)
+    adapter = adapt(clone)
+    with torch.no_grad():
+        apply_plan(adapter, plan)
+    return clone, adapter

@@ -1,0 +1,127 @@
+"""A text dataset on disk, read the same way whether built in or uploaded, with fixed splits.
+
+A dataset is a directory of ``*.jsonl`` files (one JSON object a line with a ``"text"`` field,
+optionally ``"name"``) and ``*.txt`` files (one document each), or one such file. Documents are cut
+into blocks of :data:`BLOCK_CHARS` characters, and each block goes to ``train`` (90%),
+``calibration`` (5%) or ``test`` (5%) by a hash of the document name and block number: the split
+never depends on file order, machine or seed, and a block keeps its text contiguous.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SPLITS = ("train", "calibration", "test")
+#: Long enough for several 128-token windows, short enough that a 5% split samples every document.
+BLOCK_CHARS = 4096
+MIN_CHARS = 200
+
+
+class TextDatasetError(ValueError):
+    """A dataset that cannot be used; the message says what is wrong and what to do."""
+
+
+def split_of(name: str, block: int) -> str:
+    """The split of block ``block`` of document ``name``: buckets 0 and 1 of 20 are held out."""
+    bucket = int.from_bytes(hashlib.sha256(f"{name}\x00{block}".encode()).digest()[:8], "big") % 20
+    return "test" if bucket == 0 else "calibration" if bucket == 1 else "train"
+
+
+@dataclass
+class TextDataset:
+    name: str
+    documents: list[tuple[str, str]]
+    splits: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.splits = {split: [] for split in SPLITS}
+        for doc_name, text in self.documents:
+            for block, start in enumerate(range(0, len(text), BLOCK_CHARS)):
+                self.splits[split_of(doc_name, block)].append(text[start : start + BLOCK_CHARS])
+        # A small dataset may hash every block into train; hold one out (chosen by content, so the
+        # choice does not depend on document order) rather than fail later.
+        for split in ("test", "calibration"):
+            train = self.splits["train"]
+            if not self.splits[split] and len(train) > 1:
+                pick = min(range(len(train)), key=lambda i: hashlib.sha256(train[i].encode()).digest())
+                self.splits[split].append(train.pop(pick))
+
+    def split(self, split: str) -> list[str]:
+        if split not in SPLITS:
+            raise TextDatasetError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+        return self.splits[split]
+
+    @property
+    def characters(self) -> int:
+        return sum(len(text) for _, text in self.documents)
+
+
+def _read_jsonl(path: Path) -> list[tuple[str, str]]:
+    documents = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise TextDatasetError(f"{path.name} line {number} is not JSON; give one JSON object a line") from None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise TextDatasetError(f'{path.name} line {number} has no "text" string field')
+            if record["text"].strip():
+                documents.append((str(record.get("name", f"{path.stem}:{number}")), record["text"].strip()))
+    return documents
+
+
+def _read_file(path: Path) -> list[tuple[str, str]]:
+    if path.stat().st_size == 0:
+        raise TextDatasetError(f"{path.name} is empty; upload a UTF-8 text or JSONL file with some text in it")
+    if path.suffix.lower() == ".jsonl" or path.suffix.lower() == ".json":
+        return _read_jsonl(path)
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError:
+        raise TextDatasetError(f"{path.name} is not UTF-8 text; upload a .txt or .jsonl file") from None
+    # An upload keeps its name as given, which may not say JSONL: a first line that parses as a record is one.
+    first = text.split("\n", 1)[0].strip()
+    if first.startswith("{"):
+        try:
+            if isinstance(json.loads(first), dict):
+                return _read_jsonl(path)
+        except json.JSONDecodeError:
+            pass
+    return [(path.name, text)] if text else []
+
+
+def load_text_dataset(path: Path, *, name: str | None = None) -> TextDataset:
+    """Read a built-in corpus directory, an uploaded directory, or one ``.txt``/``.jsonl`` file."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in (".jsonl", ".txt", ".json"))
+        files = [p for p in files if p.name != "card.json"]
+        if not files:
+            raise TextDatasetError(f"{path.name} holds no .txt or .jsonl files; upload text as .txt or JSONL")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise TextDatasetError(f"{path} does not exist")
+    documents = [doc for f in files for doc in _read_file(f)]
+    total = sum(len(text) for _, text in documents)
+    if total < MIN_CHARS:
+        raise TextDatasetError(f"{path.name} has {total} characters of text; a text dataset needs at least {MIN_CHARS}")
+    return TextDataset(name or path.name, documents)
+
+
+def source_splits(sources: tuple[str, ...], split: str) -> dict[str, list[str]]:
+    """The ``split`` blocks of each named built-in text source (built on first use)."""
+    from mlcore.catalog import materialize
+    from mlcore.data.registry import DATASETS
+
+    items = {item.name: item for item in DATASETS}
+    unknown = [name for name in sources if name not in items]
+    if unknown:
+        raise TextDatasetError(f"no built-in text source named {unknown[0]!r}; known: {', '.join(items)}")
+    return {name: load_text_dataset(materialize(items[name]), name=name).split(split) for name in sources}

@@ -1,0 +1,45 @@
+"""One adapter over Hugging Face MoE causal LMs (transformers 5.x): Mixtral, Qwen2-MoE, Qwen3-MoE,
+OLMoE, DeepSeek-V2/V3 and GPT-OSS. See docs/hf-support.md for what works on which architecture.
+
+Importing this package does not import torch or transformers until a function needs them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mlcore.hf.architectures import ARCHITECTURES, SUPPORTED, HFModelError, tiny_config
+
+if TYPE_CHECKING:
+    from mlcore.hf.adapter import MoEAdapter, MoELayerInfo, adapt
+    from mlcore.hf.checkpoint import load_model
+    from mlcore.hf.layerwise import layer_by_layer
+
+__all__ = [
+    "ARCHITECTURES",
+    "SUPPORTED",
+    "HFModelError",
+    "MoEAdapter",
+    "MoELayerInfo",
+    "adapt",
+    "layer_by_layer",
+    "load_model",
+    "tiny_config",
+]
+
+_LAZY = {
+    "MoEAdapter": "mlcore.hf.adapter",
+    "MoELayerInfo": "mlcore.hf.adapter",
+    "adapt": "mlcore.hf.adapter",
+    "load_model": "mlcore.hf.checkpoint",
+    "layer_by_layer": "mlcore.hf.layerwise",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mlcore.hf' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

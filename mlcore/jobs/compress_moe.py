@@ -1,0 +1,320 @@
+"""``compress-moe``: prune (or merge) the experts of an MoE language model with MoNE or a baseline.
+
+Calibrates once on the chosen text, then for every (ratio, method) pair builds the compressed
+model, and reports perplexity on every built-in source's held-out text, the zero-shot cloze
+suite, sizes before/after and per-layer charts. The first method at the first ratio is saved as
+a checkpoint that ``mlcore.hf.load_model`` reloads (novices included) and offered to the library.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mlcore.jobs import Choice, Dataset, File, Int, JobContext, JobError, JobSpec, Model, Multi, Numbers, Seed
+
+METHOD_OPTIONS = ("mone", "mone-zero", "mone-delete", "random", "frequency", "rs", "ean", "reap", "naee", "hc-smoe")
+MAX_CALIBRATION_TOKENS = 2_000_000
+
+
+def _validate(params: dict[str, Any]) -> list[tuple[str, str]]:
+    errors = []
+    if params["samples"] * params["seq_len"] > MAX_CALIBRATION_TOKENS:
+        errors.append(("samples", f"samples × sequence length may not exceed {MAX_CALIBRATION_TOKENS} tokens."))
+    if any(r >= 1 for r in params["ratios"]):
+        errors.append(("ratios", "A ratio of 1 would prune every expert; use ratios below 1."))
+    return errors
+
+
+spec = JobSpec(
+    name="compress-moe",
+    title="Compress an MoE model (MoNE and baselines)",
+    summary="Prune or merge experts from calibration statistics; compare perplexity and zero-shot accuracy.",
+    version=1,
+    queue="gpu",
+    soft_time_limit=3 * 3600,
+    time_limit=3 * 3600 + 300,
+    params=(
+        Model(
+            name="model",
+            accepts=("hf-moe-lm",),
+            help="The MoE model to compress (e.g. zoo:moe-lm-tiny), unless you upload a checkpoint below.",
+        ),
+        File(
+            name="checkpoint",
+            formats=("zip", "tar"),
+            max_bytes=20 * 2**30,
+            help="Or upload a Hugging Face checkpoint (safetensors + config + tokenizer) as a zip or tar archive.",
+        ),
+        Dataset(name="dataset", accepts=("text",), default="zoo:shakespeare", help="Calibration text."),
+        File(
+            name="calibration_file",
+            formats=("txt", "json", "csv"),
+            max_bytes=200 * 2**20,
+            help='Or upload calibration text: plain UTF-8, or JSONL with a "text" field per line.',
+        ),
+        Int(name="samples", default=64, min=1, max=4096, help="Calibration sequences."),
+        Int(name="seq_len", default=128, min=16, max=4096, help="Tokens per calibration sequence."),
+        Numbers(name="ratios", default=[0.25], min=0.0, max=0.99, max_count=8, help="Fractions of experts to prune."),
+        Int(name="keep", default=0, min=0, max=1024, help="Experts to keep per layer (overrides ratios when > 0)."),
+        Choice(
+            name="scope", default="layer", options=("layer", "global"), help="Rank experts per layer or model-wide."
+        ),
+        Multi(name="methods", default=["mone"], options=METHOD_OPTIONS, min_count=1, help="The first is saved."),
+        Int(name="eval_windows", default=256, min=8, max=4096, help="Held-out sequences per source."),
+        Int(name="cloze_items", default=100, min=0, max=2000, help="Cloze items per source (0 skips the suite)."),
+        Seed(name="seed"),
+    ),
+    validate=_validate,
+    guide=(
+        "Lower Δ perplexity and a smaller cloze accuracy drop are better. 'effective' sizes count a novice as "
+        "one vector; the pruned map shows which experts each method kept, turned into novices, merged or deleted."
+    ),
+    sample={"model": "zoo:moe-lm-tiny", "dataset": "zoo:shakespeare", "samples": 16, "methods": "mone,frequency"},
+)
+
+
+def _model_dir(inputs: dict[str, Any]) -> Path:
+    """The directory holding config.json: the uploaded archive's (possibly one level down) or the reference's."""
+    if "checkpoint" in inputs:
+        root = Path(inputs["checkpoint"])
+        candidates = [root, *sorted(p.parent for p in root.glob("*/config.json"))]
+        for folder in candidates:
+            if (folder / "config.json").is_file():
+                return folder
+        raise JobError("The uploaded archive holds no config.json; upload a Hugging Face checkpoint directory.")
+    if "model" not in inputs:
+        raise JobError("Pick a model (e.g. zoo:moe-lm-tiny) or upload a checkpoint archive.")
+    return Path(inputs["model"])
+
+
+def _load(folder: Path, device: Any) -> tuple[Any, Any]:
+    from mlcore.hf import load_model
+    from mlcore.hf.architectures import HFModelError
+
+    try:
+        model = load_model(folder, device=device)
+    except HFModelError:
+        raise
+    except (RuntimeError, ValueError, OSError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise JobError(f"Could not load the checkpoint: its weights do not match its config ({first[:300]}).") from None
+    from mlcore.hf import adapt
+
+    adapter = adapt(model)
+    if adapter.masks or adapter.novices:
+        raise JobError("This model is already compressed (it has masked or novice experts); start from the original.")
+    if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").is_file():
+        raise JobError("The checkpoint has no tokenizer; include tokenizer.json next to config.json.")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    if tokenizer.eos_token_id is None:
+        raise JobError("The tokenizer has no end-of-text token; set eos_token in tokenizer_config.json.")
+    return model, tokenizer
+
+
+def _calibration_texts(inputs: dict[str, Any]) -> tuple[str, list[str]]:
+    from mlcore.data.textset import TextDatasetError, load_text_dataset
+
+    try:
+        if "calibration_file" in inputs:
+            data = load_text_dataset(Path(inputs["calibration_file"]))
+            # An upload is calibration text as a whole: use every block, not only a 5% split.
+            return data.name, [block for split in ("train", "calibration", "test") for block in data.split(split)]
+        data = load_text_dataset(Path(inputs["dataset"]))
+        return data.name, data.split("calibration") or data.split("train")
+    except TextDatasetError as exc:
+        raise JobError(f"Calibration data: {exc}.") from None
+
+
+def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    from mlcore.compress.calibrate import calibrate
+    from mlcore.compress.methods import METHODS, NEEDS_LAYER_INPUTS, compressed_copy, make_plan
+    from mlcore.compress.plan import experts_to_keep
+    from mlcore.compress.report import sizes
+    from mlcore.data.packing import pack_windows
+    from mlcore.data.registry import TEXT_SOURCES
+    from mlcore.eval.heldout import prepare_heldout
+    from mlcore.hf import adapt
+
+    # Everything that can refuse the job happens before the first artifact, so a bad input leaves nothing.
+    ctx.progress(0.0, "loading the model")
+    model, tokenizer = _load(_model_dir(inputs), ctx.device)
+    adapter = adapt(model)
+    num_experts, top_k = adapter.layers[0].num_experts, adapter.layers[0].top_k
+    ratios = [0.0] if params["keep"] else params["ratios"]
+    keeps = {r: experts_to_keep(num_experts, top_k, ratio=r, keep=params["keep"] or None) for r in ratios}
+    source_name, texts = _calibration_texts(inputs)
+    encode = lambda text: tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids  # noqa: E731
+    try:
+        windows = pack_windows(
+            texts, encode, eos_id=tokenizer.eos_token_id, length=params["seq_len"], max_windows=params["samples"]
+        )
+    except ValueError as exc:
+        raise JobError(f"Calibration data: {exc}.") from None
+    if len(windows) < params["samples"]:
+        ctx.log(f"calibration text yields {len(windows)} sequences of {params['seq_len']} tokens, fewer than asked")
+    length = min(int(getattr(model.config, "max_position_embeddings", 128)), 128)
+
+    ctx.progress(0.02, "calibrating")
+    calibration = calibrate(
+        adapter,
+        windows,
+        batch_size=max(1, 4096 // params["seq_len"]),
+        keep_inputs=2048 if any(m in NEEDS_LAYER_INPUTS for m in params["methods"]) else 0,
+        seed=params["seed"],
+        on_batch=lambda done, total: ctx.progress(0.02 + 0.18 * done / total, f"calibrating {done}/{total}"),
+    )
+    ctx.log(f"calibrated on {calibration.tokens} tokens of {source_name} ({len(windows)} sequences)")
+    _expert_charts(ctx, calibration)
+
+    heldout = prepare_heldout(
+        tokenizer, TEXT_SOURCES, length=length, windows=params["eval_windows"], cloze_items=params["cloze_items"]
+    )
+    ctx.progress(0.22, "evaluating the original model")
+    baseline = {**heldout.evaluate(model, tokenizer), **sizes(model, adapter)}
+    _metrics(ctx, "original", baseline)
+    rows: list[dict[str, Any]] = []
+    saved: Path | None = None
+    jobs = [(r, m) for r in ratios for m in params["methods"]]
+    for done, (ratio, method) in enumerate(jobs):
+        ctx.raise_if_cancelled()
+        ctx.progress(0.25 + 0.7 * done / len(jobs), f"{METHODS[method]} at ratio {ratio:g}")
+        plan = make_plan(method, adapter, calibration, keeps[ratio], scope=params["scope"], seed=params["seed"])
+        compressed, compressed_adapter = compressed_copy(model, plan)
+        result = _evaluate_variant(compressed, compressed_adapter, heldout, tokenizer, baseline)
+        row = {"method": method, "ratio": ratio, "keep": keeps[ratio], **_flat(result)}
+        rows.append(row)
+        _metrics(ctx, f"{method}@{ratio:g}", result)
+        ctx.log(
+            f"{method} ratio {ratio:g}: mean ppl {result['ppl_mean']:.3f} (Δ {result['delta_ppl']:+.3f}), "
+            f"cloze acc {result.get('acc', float('nan')):.3f}"
+        )
+        ctx.chart(f"pruned-map-{method}-{ratio:g}", _pruned_map(plan, num_experts, method, ratio))
+        if saved is None:
+            saved = _save(ctx, compressed, compressed_adapter, tokenizer, plan, params, ratio, keeps[ratio])
+        del compressed
+    _report(ctx, baseline, rows, params, source_name)
+    if len(ratios) > 1:
+        from mlcore.compress.report import quality_vs_ratio
+
+        ctx.chart("ppl-vs-ratio", quality_vs_ratio(rows, "ppl_mean", "Mean held-out perplexity"))
+        if params["cloze_items"]:
+            ctx.chart("acc-vs-ratio", quality_vs_ratio(rows, "acc", "Cloze accuracy"))
+    ctx.progress(1.0, "done")
+    return {"rows": len(rows)}
+
+
+def _evaluate_variant(
+    model: Any, adapter: Any, heldout: Any, tokenizer: Any, baseline: dict[str, Any]
+) -> dict[str, Any]:
+    from mlcore.compress.report import sizes
+
+    result = {**heldout.evaluate(model, tokenizer), **sizes(model, adapter)}
+    result["delta_ppl"] = result["ppl_mean"] - baseline["ppl_mean"]
+    if "acc" in baseline:
+        result["delta_acc"] = result["acc"] - baseline["acc"]
+    return result
+
+
+def _flat(result: dict[str, Any]) -> dict[str, Any]:
+    flat = {k: v for k, v in result.items() if not isinstance(v, dict)}
+    flat.update({f"ppl_{name}": v for name, v in result["perplexity"].items()})
+    flat.update({f"acc_{name}": v["acc"] for name, v in result.get("cloze", {}).items()})
+    return flat
+
+
+def _metrics(ctx: JobContext, prefix: str, result: dict[str, Any]) -> None:
+    for name, value in _flat(result).items():
+        if isinstance(value, int | float):
+            ctx.metric(f"{prefix}/{name}", value)
+
+
+def _expert_charts(ctx: JobContext, calibration: Any) -> None:
+    from mlcore.compress.mone import mone_scores, phi_freq, phi_var
+    from mlcore.compress.report import expert_rows, heatmap
+
+    layers = calibration.layers
+    ctx.chart(
+        "frequency",
+        heatmap("Gate-weighted frequency φ_freq", expert_rows(layers, phi_freq(calibration), "phi_freq"), "phi_freq"),
+    )
+    ctx.chart(
+        "variance",
+        heatmap("Output spread φ_var = ‖σ‖₂", expert_rows(layers, phi_var(calibration), "phi_var"), "phi_var"),
+    )
+    ctx.chart(
+        "score", heatmap("MoNE score s = φ_var·φ_freq", expert_rows(layers, mone_scores(calibration), "score"), "score")
+    )
+
+
+def _pruned_map(plan: Any, num_experts: int, method: str, ratio: float) -> dict[str, Any]:
+    from mlcore.compress.report import heatmap, pruned_map_rows
+
+    return heatmap(f"Pruned map: {method}, ratio {ratio:g}", pruned_map_rows(plan, num_experts), "state")
+
+
+def _save(
+    ctx: JobContext,
+    model: Any,
+    adapter: Any,
+    tokenizer: Any,
+    plan: Any,
+    params: dict[str, Any],
+    ratio: float,
+    keep: int,
+) -> Path:
+    folder = ctx.workdir / "compressed"
+    # Serving code reads which experts are novices from the config; the adapter's sidecar holds their vectors.
+    model.config.moelab_compression = {
+        "method": plan.method,
+        "ratio": ratio,
+        "keep_per_layer": keep,
+        "scope": params["scope"],
+        "novices": {str(layer): sorted(v) for layer, v in plan.novices.items()},
+        "kept": {str(layer): sorted(v) for layer, v in plan.keep.items()},
+    }
+    adapter.save(folder)
+    tokenizer.save_pretrained(folder)
+    ctx.artifact("checkpoint", folder)
+    ctx.register(
+        "hf-moe-lm",
+        folder,
+        {"title": f"{plan.method} at ratio {ratio:g}", "method": plan.method, "ratio": ratio, "keep_per_layer": keep},
+    )
+    return folder
+
+
+def _report(
+    ctx: JobContext, baseline: dict[str, Any], rows: list[dict[str, Any]], params: dict[str, Any], source: str
+) -> None:
+    report = {
+        "calibration": {"source": source, "samples": params["samples"], "seq_len": params["seq_len"]},
+        "scope": params["scope"],
+        "original": _flat(baseline),
+        "compressed": rows,
+        "variance_norm": "std (‖σ‖₂)",
+    }
+    (ctx.workdir / "report.json").write_text(json.dumps(report, indent=1, default=float))
+    ctx.artifact("report.json", ctx.workdir / "report.json", "application/json")
+    columns = [
+        "method",
+        "ratio",
+        "keep",
+        "ppl_mean",
+        "delta_ppl",
+        "acc",
+        "delta_acc",
+        "parameters_effective",
+        "bytes_effective",
+    ]
+    lines = [",".join(columns)]
+    lines.append(",".join(str(_flat(baseline).get(c, "original" if c == "method" else "")) for c in columns))
+    for row in rows:
+        lines.append(
+            ",".join(f"{row[c]:.4f}" if isinstance(row.get(c), float) else str(row.get(c, "")) for c in columns)
+        )
+    (ctx.workdir / "report.csv").write_text("\n".join(lines) + "\n")
+    ctx.artifact("report.csv", ctx.workdir / "report.csv", "text/csv")

@@ -1,0 +1,261 @@
+"""The MoE-layer benchmark: :class:`~mlcore.moe.layer.MoELayer` forward + backward against a
+per-expert Python loop and against transformers' ``MixtralSparseMoeBlock`` with each of its
+experts implementations (``eager``, ``grouped_mm``, ``batched_mm``), at one config.
+
+Every contender gets the same fp32 weights, the same input, the same thread count and the same
+routing (the same router weights; the loop reuses MoELayer's router), and implementations are
+timed round-robin so that load from other processes hits them alike. ``moe_layer_table`` is
+called by ``mlcore/bench/core.py`` (``make bench-core``); the ``moe-profile`` job kind uses the
+timing helpers and the loop baseline.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from kernels.fused_moe import ACTIVATIONS
+from mlcore.moe.layer import MoELayer
+
+CONFIG = {"tokens": 4096, "hidden": 512, "intermediate": 1024, "top_k": 2}
+EXPERTS = (64, 8)
+TIERS: dict[str, dict[str, int]] = {
+    # transformers' eager block slices each expert's weights inside autograd, so its backward
+    # allocates a full [E, 2I, H] gradient per expert: at 64 experts it is timed once, unwarmed.
+    "quick": {"rounds": 3, "slow_rounds": 1},
+    "full": {"rounds": 7, "slow_rounds": 3},
+}
+#: transformers' batched_mm gathers every (token, expert) pair's weights; refuse beyond this.
+MAX_GATHER_BYTES = 4 * 2**30
+TARGET_VS_LOOP = 1.5
+
+
+def per_expert_loop(
+    x: Tensor, w_gate_up: Tensor, w_down: Tensor, ids: Tensor, weights: Tensor, *, activation: str, gated: bool
+) -> Tensor:
+    """The naive baseline: one Python iteration per expert, gather its tokens, two matmuls, scatter.
+
+    Weights are unbound once, so autograd builds each expert's gradient without the full-size
+    zero tensor that indexing ``w[e]`` per expert would allocate.
+    """
+    act = ACTIVATIONS[activation]
+    out = torch.zeros_like(x)
+    for e, (w1, w2) in enumerate(zip(w_gate_up.unbind(0), w_down.unbind(0))):
+        token, slot = torch.where(ids == e)
+        if len(token) == 0:
+            continue
+        h = x[token] @ w1.T
+        if gated:
+            gate, up = h.chunk(2, dim=-1)
+            h = act(gate) * up
+        else:
+            h = act(h)
+        out = out.index_add(0, token, (h @ w2.T) * weights[token, slot].unsqueeze(-1).to(x.dtype))
+    return out
+
+
+def loop_forward(layer: MoELayer, x: Tensor) -> Tensor:
+    """MoELayer's router, then :func:`per_expert_loop`, plus the layer's shared experts if any."""
+    if layer.gate_up_proj_bias is not None:
+        raise ValueError("the per-expert loop baseline has no expert biases; profile a layer without bias")
+    routing = layer.router(x)
+    out = per_expert_loop(
+        x,
+        layer.gate_up_proj,
+        layer.down_proj,
+        routing.expert_ids,
+        routing.gate_weights,
+        activation=layer.activation,
+        gated=layer.gated,
+    )
+    return out + layer.shared_output(x) if layer.num_shared_experts else out
+
+
+def layer_flops(layer: MoELayer, tokens: int, slots: int) -> float:
+    """Matmul FLOPs of one forward + backward (3× forward) of ``layer`` on ``tokens`` tokens routed
+    to ``slots`` (token, expert) pairs in all: router, routed experts, shared experts."""
+    rows = layer.gate_up_proj.shape[1]
+    forward = 2 * tokens * layer.hidden * layer.num_experts + 2 * slots * (rows + layer.intermediate) * layer.hidden
+    if layer.shared_gate_up_proj is not None:
+        forward += 2 * tokens * (layer.shared_gate_up_proj.shape[1] + layer.shared_down_proj.shape[2]) * layer.hidden
+    return 3.0 * forward
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_step(forward: Callable[[Tensor], Tensor], x: Tensor, probe: Tensor) -> Callable[[], None]:
+    """A closure running forward + backward of ⟨forward(x), probe⟩, finished on the device."""
+
+    def step() -> None:
+        (forward(x) * probe).sum().backward()
+        synchronize(x.device)
+
+    return step
+
+
+def round_robin(
+    steps: dict[str, Callable[[], None]],
+    rounds: int,
+    *,
+    warmup: bool = True,
+    after_round: Callable[[int], None] | None = None,
+) -> dict[str, float]:
+    """Median seconds of each step, timing one of each per round so load drifts hit all alike.
+    ``after_round(i)`` runs after the warm-up (i = 0) and after each timed round (i = 1..rounds)."""
+    if warmup:
+        for step in steps.values():
+            step()
+    if after_round:
+        after_round(0)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for i in range(rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+        if after_round:
+            after_round(i + 1)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def matmul_peak(device: torch.device, n: int = 2048, repeats: int = 5) -> float:
+    """Measured fp32 matmul FLOP/s on ``device`` (the denominator of 'fraction of peak')."""
+    if device.type == "cpu":
+        from mlcore.bench.common import matmul_peak_flops
+
+        return matmul_peak_flops()
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    step = lambda: (a @ b, synchronize(device))  # noqa: E731
+    return 2 * n**3 / round_robin({"mm": step}, repeats)["mm"]
+
+
+def _mixtral_block(layer: MoELayer, implementation: str) -> torch.nn.Module:
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    config = MixtralConfig(
+        hidden_size=layer.hidden,
+        intermediate_size=layer.intermediate,
+        num_local_experts=layer.num_experts,
+        num_experts_per_tok=layer.top_k,
+        hidden_act="silu",
+    )
+    # transformers 5.x reads this on every experts forward (integrations/moe.py, ExpertsInterface).
+    config._experts_implementation = implementation
+    block = MixtralSparseMoeBlock(config)
+    with torch.no_grad():
+        block.gate.weight.copy_(layer.router.weight)
+        block.experts.gate_up_proj.copy_(layer.gate_up_proj)
+        block.experts.down_proj.copy_(layer.down_proj)
+    return block
+
+
+def hf_implementations() -> tuple[str, ...]:
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    return tuple(
+        name for name in ("eager", "grouped_mm", "batched_mm") if name == "eager" or name in ALL_EXPERTS_FUNCTIONS
+    )
+
+
+def measure(experts: int, tier: str, *, seed: int = 0) -> dict[str, Any]:
+    """Time every contender at one expert count; returns ms per step, ratios and skipped ones."""
+    c = CONFIG
+    torch.manual_seed(seed)
+    layer = MoELayer(c["hidden"], c["intermediate"], experts, c["top_k"])
+    x = torch.randn(c["tokens"], c["hidden"], requires_grad=True)
+    probe = torch.randn_like(x)
+    fast = {"moe_layer": train_step(layer, x, probe), "loop": train_step(lambda t: loop_forward(layer, t), x, probe)}
+    slow: dict[str, Callable[[], None]] = {}
+    skipped: dict[str, str] = {}
+    reference = layer(x).detach()
+    for name in hf_implementations():
+        gather = c["tokens"] * c["top_k"] * 3 * c["intermediate"] * c["hidden"] * 4
+        if name == "batched_mm" and gather > MAX_GATHER_BYTES:
+            skipped[f"hf_{name}"] = f"gathers {gather / 2**30:.0f} GiB of expert weights (T·k·3·I·H fp32)"
+            continue
+        block = _mixtral_block(layer, name)
+        # Same routing, same maths: the block must agree with the layer before it is timed.
+        if not torch.allclose(block(x.detach().unsqueeze(0))[0], reference, atol=1e-4, rtol=1e-4):
+            raise RuntimeError(f"transformers' {name} block disagrees with MoELayer; the comparison would be unfair")
+        step = train_step(lambda t, b=block: b(t.unsqueeze(0))[0], x, probe)
+        (slow if name == "eager" and experts > 16 else fast)[f"hf_{name}"] = step
+    rounds = TIERS[tier]
+    seconds = round_robin(fast, rounds["rounds"])
+    if slow:
+        seconds |= round_robin(slow, rounds["slow_rounds"], warmup=tier == "full")
+    hf = {name: s for name, s in seconds.items() if name.startswith("hf_")}
+    best_hf = min(hf, key=hf.__getitem__)
+    flops = layer_flops(layer, c["tokens"], c["tokens"] * c["top_k"])
+    return {
+        "experts": experts,
+        "ms": {name: 1e3 * s for name, s in seconds.items()},
+        "skipped": skipped,
+        "speedup_vs_loop": seconds["loop"] / seconds["moe_layer"],
+        "best_hf": best_hf,
+        "speedup_vs_best_hf": seconds[best_hf] / seconds["moe_layer"],
+        "flops_per_step": flops,
+        "moe_layer_flops_per_s": flops / seconds["moe_layer"],
+    }
+
+
+def _targets(row: dict[str, Any]) -> dict[str, bool]:
+    if row["experts"] >= 64:
+        return {
+            f"≥ {TARGET_VS_LOOP}× the loop": row["speedup_vs_loop"] >= TARGET_VS_LOOP,
+            "faster than transformers' best": row["speedup_vs_best_hf"] > 1.0,
+        }
+    return {"no slower than transformers' best": row["speedup_vs_best_hf"] >= 1.0}
+
+
+def moe_layer_table(tier: str) -> tuple[str, dict[str, Any]]:
+    """Markdown and JSON for ``make bench-core``: one row per expert count."""
+    if tier not in TIERS:
+        raise ValueError(f"tier must be one of {sorted(TIERS)}, got {tier!r}")
+    peak = matmul_peak(torch.device("cpu"))
+    rows = []
+    for experts in EXPERTS:
+        row = measure(experts, tier)
+        row["fraction_of_peak"] = row["moe_layer_flops_per_s"] / peak
+        row["targets"] = _targets(row)
+        rows.append(row)
+    peak_after = matmul_peak(torch.device("cpu"))
+    names = ["moe_layer", "loop", *(f"hf_{n}" for n in hf_implementations())]
+    c = CONFIG
+    lines = [
+        "## MoE layer, forward + backward (fp32, CPU)",
+        "",
+        f"{c['tokens']} tokens, hidden {c['hidden']}, intermediate {c['intermediate']}, top-{c['top_k']}, SwiGLU; "
+        f"{torch.get_num_threads()} threads; same weights, input and routing for every contender; median ms per step.",
+        "",
+        "| experts | " + " | ".join(names) + " | × vs loop | × vs best transformers | fraction of fp32 peak |",
+        "|---" * (len(names) + 4) + "|",
+    ]
+    for row in rows:
+        cells = [f"{row['ms'][n]:.0f}" if n in row["ms"] else "skipped" for n in names]
+        lines.append(
+            f"| {row['experts']} | " + " | ".join(cells) + f" | {row['speedup_vs_loop']:.2f} | "
+            f"{row['speedup_vs_best_hf']:.2f} ({row['best_hf'].removeprefix('hf_')}) | {row['fraction_of_peak']:.2f} |"
+        )
+    lines += ["", f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s before, {peak_after / 1e9:.1f} after (load drift).", ""]
+    for row in rows:
+        for target, met in row["targets"].items():
+            lines.append(f"- {row['experts']} experts, {target}: {'met' if met else '**not met**'}")
+        for name, why in row["skipped"].items():
+            lines.append(f"- {row['experts']} experts, {name} skipped: {why}")
+    missed = [r for r in rows if not all(r["targets"].values())]
+    if missed:
+        lines.append(
+            "- Where a target is missed the expert GEMMs dominate (kernels/fused_moe.py's PyTorch twin, "
+            "one matmul per expert); the layer adds only the router."
+        )
+    data = {"config": CONFIG, "tier": tier, "peak_flops": peak, "peak_flops_after": peak_after, "rows": rows}
+    return "\n".join(lines), data

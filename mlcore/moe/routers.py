@@ -1,0 +1,158 @@
+"""Token-choice routers: what every router returns, and the plain top-k softmax / sigmoid routers.
+
+A router maps tokens x ∈ ℝ^{T×H} to a :class:`Routing`: for each token the k experts it goes to
+and the gate weight of each. Every router is dropless (no capacity factor): each token always
+gets its experts, however skewed the routing.
+
+- :class:`TopKSoftmaxRouter` — Shazeer et al. 2017 / Switch / Mixtral: p = softmax(W_g·x),
+  keep the top k; Mixtral renormalises the kept weights to sum to 1, Switch / DeepSeek-V2 do not.
+- :class:`TopKSigmoidRouter` — DeepSeek-V3 style: s = σ(W_g·x), keep the top k, optionally
+  renormalised.
+
+The LD-MoLE sparsemax router, ProMoE's prototype router and MoGA's group router live in
+:mod:`mlcore.moe.sparsemax`, :mod:`mlcore.moe.prototype` and :mod:`mlcore.moe.group`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class Routing:
+    """One router decision for T tokens over E experts, k slots per token.
+
+    ``expert_ids`` are always valid expert indices, so they can go straight to the expert kernel.
+    Routers whose expert count varies per token (sparsemax) pad to the batch's largest count and
+    mark padded slots in ``active``; padded slots carry gate weight 0 (they change nothing but
+    cost a little compute). ``active`` is None when every slot is used.
+    """
+
+    expert_ids: Tensor  #: [T, k] int64 in [0, E)
+    gate_weights: Tensor  #: [T, k] float32, the weights the experts' outputs are summed with
+    logits: Tensor  #: [T, E] the router's scores before its activation (what traces record)
+    probs: Tensor  #: [T, E] the full activated distribution (balance losses read this)
+    num_experts: int
+    active: Tensor | None = None  #: [T, k] bool, or None when every slot is used
+    lam: Tensor | None = None  #: [T] LD-MoLE's per-token λ (sparsemax router only)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.expert_ids.shape[0]
+
+    @property
+    def top_k(self) -> int:
+        return self.expert_ids.shape[1]
+
+    def active_mask(self) -> Tensor:
+        """[T, k] bool: which slots hold a real expert."""
+        if self.active is None:
+            return torch.ones_like(self.expert_ids, dtype=torch.bool)
+        return self.active
+
+    def expert_counts(self) -> Tensor:
+        """[E] int64: how many (token, slot) pairs each expert receives."""
+        ids = self.expert_ids[self.active_mask()]
+        return torch.bincount(ids, minlength=self.num_experts)
+
+
+class Router(nn.Module):
+    """Base class: ``forward(x[T, H], *, null_mask=None) -> Routing``.
+
+    ``null_mask`` ([T] bool, tokens of samples whose condition was dropped for classifier-free
+    guidance) is only meaningful for ProMoE's conditional router; the others refuse it.
+    """
+
+    #: A stable name written into routing traces.
+    kind: str = "router"
+    num_experts: int
+    top_k: int
+
+    def forward(self, x: Tensor, *, null_mask: Tensor | None = None) -> Routing:
+        raise NotImplementedError
+
+    def _refuse_null_mask(self, null_mask: Tensor | None) -> None:
+        if null_mask is not None:
+            raise ValueError(f"the {self.kind} router has no unconditional expert; use PrototypeRouter for null_mask")
+
+
+def at_least_float32(t: Tensor) -> Tensor:
+    """Router arithmetic runs in float32 (bf16 scores tie and flip the top-k choice), or float64."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
+def gate_weight(
+    num_experts: int, hidden: int, *, device: torch.device | str | None, dtype: torch.dtype | None
+) -> nn.Parameter:
+    """A router's W_g ∈ ℝ^{E×H} (Hugging Face's ``gate.weight`` layout), N(0, 1/H) so logits start O(1)."""
+    return nn.Parameter(torch.empty(num_experts, hidden, device=device, dtype=dtype).normal_(std=hidden**-0.5))
+
+
+def _check_top_k(num_experts: int, top_k: int) -> None:
+    if not 1 <= top_k <= num_experts:
+        raise ValueError(f"top_k must be between 1 and num_experts={num_experts}, got {top_k}")
+
+
+class _LinearTopKRouter(Router):
+    """A linear gate W_g ∈ ℝ^{E×H} (the layout of Hugging Face's ``gate.weight``), an activation
+    applied in float32, then the k largest activated scores."""
+
+    def __init__(
+        self,
+        hidden: int,
+        num_experts: int,
+        top_k: int,
+        *,
+        renormalize: bool,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        _check_top_k(num_experts, top_k)
+        self.num_experts, self.top_k, self.renormalize = num_experts, top_k, renormalize
+        self.weight = gate_weight(num_experts, hidden, device=device, dtype=dtype)
+
+    def activate(self, logits: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, *, null_mask: Tensor | None = None) -> Routing:
+        self._refuse_null_mask(null_mask)
+        logits = nn.functional.linear(x, self.weight)
+        scores = self.activate(at_least_float32(logits))
+        weights, ids = torch.topk(scores, self.top_k, dim=-1)
+        if self.renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return Routing(ids, weights, logits, scores, self.num_experts)
+
+    def extra_repr(self) -> str:
+        return f"experts={self.num_experts}, top_k={self.top_k}, renormalize={self.renormalize}"
+
+
+class TopKSoftmaxRouter(_LinearTopKRouter):
+    """p = softmax(W_g·x) over E experts; gate weights are the k largest p_i, renormalised to sum to
+    1 (Mixtral, the default) or not (Switch, DeepSeek-V2)."""
+
+    kind = "topk-softmax"
+
+    def __init__(self, hidden: int, num_experts: int, top_k: int, *, renormalize: bool = True, **factory: Any) -> None:
+        super().__init__(hidden, num_experts, top_k, renormalize=renormalize, **factory)
+
+    def activate(self, logits: Tensor) -> Tensor:
+        return torch.softmax(logits, dim=-1)
+
+
+class TopKSigmoidRouter(_LinearTopKRouter):
+    """s = σ(W_g·x) per expert, independently; gate weights are the k largest s_i, optionally
+    renormalised to sum to 1 (DeepSeek-V3)."""
+
+    kind = "topk-sigmoid"
+
+    def __init__(self, hidden: int, num_experts: int, top_k: int, *, renormalize: bool = False, **factory: Any) -> None:
+        super().__init__(hidden, num_experts, top_k, renormalize=renormalize, **factory)
+
+    def activate(self, logits: Tensor) -> Tensor:
+        return torch.sigmoid(logits)

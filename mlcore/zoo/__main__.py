@@ -1,0 +1,76 @@
+"""``python -m mlcore.zoo list`` and ``python -m mlcore.zoo train NAME``: the zoo's recipes.
+
+``train`` resumes from ``var/zoo/NAME/state.pt`` if an earlier run stopped, then evaluates on the
+held-out split of every source and writes the commit-ready checkpoint to
+``mlcore/zoo/checkpoints/NAME/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mlcore.zoo.recipes import RECIPES, get_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+
+
+def cmd_list(_: argparse.Namespace) -> int:
+    for name, recipe in RECIPES.items():
+        ready = (CHECKPOINTS / name / "manifest.json").exists()
+        print(f"{name}  {'[checkpoint]' if ready else '[not trained]'}  {recipe.title}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from mlcore.data.textset import source_splits
+    from mlcore.eval.perplexity import evaluate_sources
+    from mlcore.zoo.lm import export, train
+
+    torch.set_num_threads(args.threads)
+    recipe = get_recipe(args.name)
+    workdir = args.workdir or ROOT / "var" / "zoo" / recipe.name
+    model, tokenizer = train(recipe, workdir)
+    metrics = evaluate_sources(model, tokenizer, source_splits(recipe.sources, "test"), length=recipe.context)
+    try:
+        from mlcore.eval.cloze import evaluate_cloze
+
+        metrics["cloze"] = evaluate_cloze(model, tokenizer, recipe.sources)
+    except ImportError:
+        pass
+    print(json.dumps({k: v for k, v in metrics.items() if k != "expert_counts"}, indent=1))
+    command = f"python -m mlcore.zoo train {recipe.name} --threads {args.threads}"
+    target = export(
+        model,
+        tokenizer,
+        recipe,
+        args.out or CHECKPOINTS / recipe.name,
+        workdir=workdir,
+        command=command,
+        metrics=metrics,
+    )
+    print(f"checkpoint written to {target}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mlcore.zoo")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="the zoo's recipes and whether a checkpoint exists").set_defaults(func=cmd_list)
+    train = sub.add_parser("train", help="train a recipe (resumes) and export its checkpoint")
+    train.add_argument("name", choices=sorted(RECIPES))
+    train.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
+    train.add_argument("--workdir", type=Path, default=None, help="resumable state (default var/zoo/NAME)")
+    train.add_argument("--out", type=Path, default=None, help="checkpoint folder (default mlcore/zoo/checkpoints/NAME)")
+    train.set_defaults(func=cmd_train)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+import json
+import shutil
+import zipfile
+
+import pytest
+
+from mlcore.hf import load_model
+from mlcore.jobs import InMemoryContext
+from mlcore.jobs.references import LocalResolver
+from mlcore.jobs.registry import get_kind
+from mlcore.jobs.runner import execute, prepare
+from mlcore.jobs.spec import JobError
+
+FAST = {"samples": 8, "seq_len": 32, "eval_windows": 8, "cloze_items": 4, "seed": 0}
+
+
+def run(raw, files=None):
+    kind = get_kind("compress-moe")
+    ctx = InMemoryContext()
+    params, inputs = prepare(kind, {**FAST, **raw}, files or {}, resolver=LocalResolver(), workdir=ctx.workdir)
+    return execute(kind, params, inputs, ctx), ctx
+
+
+def test_it_compresses_a_tiny_model_end_to_end(tiny_lm, calibration_file):
+    outcome, ctx = run(
+        {"model": str(tiny_lm), "methods": "mone,frequency,naee", "ratios": "0.25,0.5"},
+        {"calibration_file": [calibration_file]},
+    )
+    assert outcome.status == "succeeded", outcome.traceback
+    assert {"checkpoint", "report.json", "report.csv"} <= set(ctx.artifacts)
+    report = json.loads((ctx.artifacts["report.json"].path).read_text())
+    assert [(r["method"], r["ratio"]) for r in report["compressed"]] == [
+        (m, r) for r in (0.25, 0.5) for m in ("mone", "frequency", "naee")
+    ]
+    first = report["compressed"][0]
+    assert first["parameters_effective"] < report["original"]["parameters_effective"]
+    assert set(ctx.charts) >= {"frequency", "variance", "score", "pruned-map-mone-0.25", "ppl-vs-ratio"}
+    # The saved checkpoint is the first method at the first ratio, and it reloads with its novices.
+    checkpoint = ctx.artifacts["checkpoint"].path
+    config = json.loads((checkpoint / "config.json").read_text())
+    assert config["moelab_compression"]["method"] == "mone"
+    assert len(config["moelab_compression"]["novices"]["0"]) == 2
+    from mlcore.hf import adapt
+
+    assert len(adapt(load_model(checkpoint)).novices[0]) == 2
+    assert ctx.registrations[0].kind == "hf-moe-lm"
+    assert ctx.metrics.scalars["original/ppl_mean"] > 1
+
+
+def test_it_calibrates_on_a_built_in_corpus(tiny_lm):
+    outcome, ctx = run({"model": str(tiny_lm), "dataset": "zoo:stdlib-docs", "methods": "reap", "cloze_items": 0})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert any("stdlib-docs" in line for line in ctx.lines)
+
+
+def _failure(raw, files=None):
+    try:
+        outcome, ctx = run(raw, files)
+    except JobError as exc:  # refused while preparing inputs
+        return str(exc), None
+    assert outcome.status == "failed"
+    assert not ctx.artifacts and not ctx.registrations
+    return outcome.error, ctx
+
+
+def test_a_directory_that_is_not_an_moe_model_is_refused(tmp_path, tiny_lm):
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
+    config.save_pretrained(tmp_path)
+    error, _ = _failure({"model": str(tmp_path)})
+    assert "not a supported" in error or "llama" in error
+
+
+def test_a_checkpoint_with_pickle_files_only_is_refused(tmp_path, tiny_lm):
+    shutil.copy(tiny_lm / "config.json", tmp_path / "config.json")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04not really")
+    error, _ = _failure({"model": str(tmp_path)})
+    assert "pickle" in error and "safetensors" in error
+
+
+def test_a_checkpoint_whose_shapes_do_not_match_its_config_is_refused(tmp_path, tiny_lm):
+    shutil.copytree(tiny_lm, tmp_path / "model")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    config["moe_intermediate_size"] = 20
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    error, _ = _failure({"model": str(tmp_path / "model")})
+    assert "do not match" in error
+
+
+def test_an_empty_calibration_file_is_refused(tmp_path, tiny_lm):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    error, _ = _failure({"model": str(tiny_lm)}, {"calibration_file": [empty]})
+    assert "empty" in error
+    blank = tmp_path / "blank.txt"
+    blank.write_text("   \n \n")
+    error, _ = _failure({"model": str(tiny_lm)}, {"calibration_file": [blank]})
+    assert "Calibration data" in error and "0 characters" in error
+
+
+def test_a_ratio_that_would_prune_every_expert_is_refused(tiny_lm):
+    error, _ = _failure({"model": str(tiny_lm), "ratios": "0.99"})
+    assert "prune every expert" in error
+    error, _ = _failure({"model": str(tiny_lm), "keep": 1})
+    assert "top_k" in error
+
+
+def test_an_archive_with_path_traversal_is_refused(tmp_path, tiny_lm):
+    archive = tmp_path / "model.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.write(tiny_lm / "config.json", "config.json")
+        zf.writestr("../../escaped.txt", "gotcha")
+    error, _ = _failure({"model": str(tiny_lm)}, {"checkpoint": [archive]})
+    assert "outside the archive" in error
+    assert not (tmp_path.parent / "escaped.txt").exists()
+
+
+def test_an_uploaded_archive_of_a_checkpoint_is_compressed(tmp_path, tiny_lm):
+    archive = tmp_path / "model.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in tiny_lm.iterdir():
+            zf.write(path, f"tiny/{path.name}")
+    outcome, _ctx = run({"methods": "frequency", "cloze_items": 0, "eval_windows": 8}, {"checkpoint": [archive]})
+    assert outcome.status == "succeeded", outcome.traceback
+
+
+@pytest.mark.parametrize("ratios", ["1", "0,1.5"])
+def test_ratios_of_one_or_more_fail_validation(ratios, tiny_lm):
+    with pytest.raises(JobError):
+        run({"model": str(tiny_lm), "ratios": ratios})

@@ -1,0 +1,190 @@
+"""docker-compose.yml, checked without a Docker engine: its shape (services, queues, GPU
+reservation, health checks, volumes), and each service's command run here, outside Docker,
+against the local PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SMOKE_DB = "moelab_compose_smoke"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def command_of(service: dict[str, Any]) -> list[str]:
+    command = service["command"]
+    return shlex.split(command) if isinstance(command, str) else list(command)
+
+
+def option(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_it_has_every_service_with_a_health_check(compose) -> None:
+    services = compose["services"]
+    assert {"postgres", "redis", "web", "worker-gpu", "worker-cpu", "beat"} <= set(services)
+    for name, service in services.items():
+        assert service.get("healthcheck", {}).get("test"), f"{name} has no health check"
+
+
+def test_the_workers_split_the_queues_and_the_gpu_worker_reserves_one_gpu(compose) -> None:
+    gpu, cpu = compose["services"]["worker-gpu"], compose["services"]["worker-cpu"]
+    gpu_argv, cpu_argv = command_of(gpu), command_of(cpu)
+    assert option(gpu_argv, "-Q") == "gpu" and option(gpu_argv, "-c") == "1" and option(gpu_argv, "-P") == "prefork"
+    assert option(cpu_argv, "-Q") == "cpu,verify"
+    (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+    assert "beat" in command_of(compose["services"]["beat"])
+    assert "-B" not in gpu_argv + cpu_argv  # exactly one beat, in its own service
+
+
+def test_the_web_runs_gunicorn_and_the_broker_never_evicts(compose) -> None:
+    assert "gunicorn webapp.wsgi" in compose["services"]["web"]["command"]
+    assert "noeviction" in command_of(compose["services"]["redis"])
+
+
+def test_stateful_services_keep_their_data_in_named_volumes(compose) -> None:
+    declared = set(compose["volumes"])
+    for name in ("postgres", "redis", "web", "worker-gpu", "worker-cpu", "beat"):
+        mounts = [m.split(":")[0] for m in compose["services"][name].get("volumes", [])]
+        assert mounts and set(mounts) <= declared, f"{name} mounts {mounts}"
+
+
+# -- smoke: each service's command, outside Docker -------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def smoke_env(tmp_path_factory) -> Iterator[dict[str, str]]:
+    if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        pytest.skip("needs the local PostgreSQL and Redis (run through scripts/test.sh)")
+    admin = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {SMOKE_DB}")
+        conn.execute(f"CREATE DATABASE {SMOKE_DB}")
+    var = tmp_path_factory.mktemp("compose-var")
+    yield {
+        **os.environ,
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "HOSTNAME": socket.gethostname(),
+        "MOELAB_ENV": "production",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "DATABASE_URL": admin.rsplit("/", 1)[0] + f"/{SMOKE_DB}",
+        "MOELAB_VAR_DIR": str(var),
+        "MOELAB_MEDIA_ROOT": str(var / "media"),
+    }
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {SMOKE_DB} WITH (FORCE)")
+
+
+class Started:
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._out = log.open("wb")
+        self.process = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def wait_for_output(self, pattern: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if re.search(pattern, self.log.read_text(errors="replace")):
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.3)
+        raise AssertionError(f"no {pattern!r} in the output:\n{self.log.read_text(errors='replace')[-3000:]}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self._out.close()
+
+
+def healthcheck_argv(service: dict[str, Any], env: dict[str, str]) -> list[str]:
+    test = service["healthcheck"]["test"]
+    if test[0] == "CMD-SHELL":
+        # Compose turns $$ into $; the shell expands the rest.
+        return ["sh", "-c", test[1].replace("$$", "$")]
+    return list(test[1:])
+
+
+@pytest.mark.slow
+def test_the_web_command_migrates_serves_and_passes_its_health_check(compose, smoke_env, tmp_path) -> None:
+    port = free_port()
+    argv = command_of(compose["services"]["web"])
+    argv[-1] = argv[-1].replace("0.0.0.0:8000", f"127.0.0.1:{port}").replace("--workers 3", "--workers 1")
+    web = Started(argv, smoke_env, tmp_path / "web.log")
+    try:
+        web.wait_for_output(r"Listening at")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as response:
+            assert response.status == 200 and response.read() == b"ok"
+    finally:
+        web.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["worker-gpu", "worker-cpu"])
+def test_each_worker_command_starts_and_answers_its_health_check(compose, smoke_env, tmp_path, name) -> None:
+    service = compose["services"][name]
+    # The service's own settings (e.g. CUDA_VISIBLE_DEVICES), with the servers swapped for the local ones.
+    env = {**smoke_env, **{k: str(v) for k, v in service.get("environment", {}).items() if "$" not in str(v)}}
+    local = ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "MOELAB_MEDIA_ROOT", "MOELAB_VAR_DIR")
+    env.update({k: smoke_env[k] for k in local})
+    worker = Started(command_of(service), env, tmp_path / f"{name}.log")
+    try:
+        worker.wait_for_output(r" ready\.")
+        check = subprocess.run(
+            healthcheck_argv(service, env), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert "pong" in check.stdout
+    finally:
+        worker.stop()
+
+
+@pytest.mark.slow
+def test_the_beat_command_starts_and_writes_its_schedule(compose, smoke_env, tmp_path) -> None:
+    argv = command_of(compose["services"]["beat"])
+    schedule = tmp_path / "celerybeat-schedule"
+    argv[argv.index("-s") + 1] = str(schedule)
+    beat = Started(argv, smoke_env, tmp_path / "beat.log")
+    try:
+        beat.wait_for_output(r"beat: Starting")
+        deadline = time.monotonic() + 30
+        while not list(tmp_path.glob("celerybeat-schedule*")) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert list(tmp_path.glob("celerybeat-schedule*"))
+    finally:
+        beat.stop()

@@ -1,0 +1,63 @@
+"""Real workers for the queue tests: a worker thread from ``celery.contrib.pytest`` on the
+project's own app, and workers started as subprocesses (``celery -A webapp worker``) for what
+needs a real prefork pool: time limits, and being killed with SIGKILL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+from django.conf import settings
+
+from tests.workers.processes import WorkerProcess
+
+
+@pytest.fixture(autouse=True)
+def media_in_tmp(settings, tmp_path) -> Path:
+    media = tmp_path / "media"
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": media}},
+    }
+    return media
+
+
+@pytest.fixture(autouse=True)
+def empty_broker() -> Iterator[None]:
+    if not settings.CELERY_BROKER_URL.startswith("redis://"):
+        pytest.skip("the queue tests need CELERY_BROKER_URL=redis://... (scripts/test.sh sets it)")
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.flushdb()
+    yield
+    client.flushdb()
+
+
+@pytest.fixture
+def celery_app() -> Celery:
+    import workers.tasks  # noqa: F401  (registers the tasks on the app)
+    from webapp.celery import app
+
+    return app
+
+
+@pytest.fixture(scope="session")
+def celery_worker_parameters() -> dict[str, object]:
+    return {"queues": ("gpu", "cpu", "verify"), "perform_ping_check": False, "shutdown_timeout": 30}
+
+
+@pytest.fixture
+def start_worker(media_in_tmp: Path, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(name: str, *, beat: bool = False, **extra_env: str) -> WorkerProcess:
+        worker = WorkerProcess(name, media=media_in_tmp, log=tmp_path / f"{name}.log", extra_env=extra_env, beat=beat)
+        started.append(worker)
+        worker.wait_ready()
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

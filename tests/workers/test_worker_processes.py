@@ -1,0 +1,62 @@
+"""Workers started as subprocesses with a prefork pool: time limits, and a worker killed mid-job."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+
+from mlcore.jobs.registry import get_kind
+from tests.webapp.conftest import make_user
+from tests.workers.processes import wait_for, wait_for_status
+from webapp.accounts.models import Membership, Role, Team
+from webapp.celery import RUN_JOB, app
+from webapp.jobs.models import Job, WorkerStatus
+from webapp.jobs.services import job_submit
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def alice() -> User:
+    return make_user("alice")
+
+
+@pytest.fixture
+def team(alice: User) -> Team:
+    team = Team.objects.create(name="Queue Lab", slug="queue-lab")
+    Membership.objects.create(team=team, user=alice, role=Role.OWNER)
+    return team
+
+
+def submit(team: Team, user: User, **params: object) -> Job:
+    return job_submit(team=team, user=user, kind="test-exercise", raw_params=params)
+
+
+def test_it_records_a_timeout_when_the_soft_time_limit_passes(start_worker, team, alice) -> None:
+    start_worker("limits")
+    params = get_kind("test-exercise").spec.clean({"steps": 1000, "step_seconds": 0.05})
+    job = Job.objects.create(team=team, submitted_by=alice, kind="test-exercise", queue="cpu", params=params)
+    # The kind's own soft limit is a minute (submission sends it; see the submit tests): this message
+    # carries a 1 s one to keep the test short.
+    app.send_task(RUN_JOB, args=[str(job.pk)], queue="cpu", soft_time_limit=1, time_limit=10)
+    job = wait_for_status(job, Job.Status.FAILED)
+    assert job.error.startswith("Timed out: the job ran past its time limit")
+    assert 0 < job.progress < 0.5 and job.finished_at is not None
+
+
+def test_a_worker_killed_mid_job_is_reaped_and_the_next_job_runs_on_a_new_worker(start_worker, team, alice) -> None:
+    doomed = start_worker("doomed")
+    status = WorkerStatus.objects.get(hostname__startswith="doomed@")
+    assert status.queues == ["cpu", "gpu", "verify"] and status.device == "cpu" and status.pid == doomed.process.pid
+    job = submit(team, alice, steps=2000, step_seconds=0.05)
+    wait_for(lambda: Job.objects.get(pk=job.pk).progress > 0, what="the job to make progress")
+
+    doomed.kill()
+    # A new worker with beat embedded (its reaper every second) and a short stale threshold.
+    start_worker("rescuer", beat=True, MOELAB_HEARTBEAT_STALE_SECONDS="3", MOELAB_REAPER_INTERVAL_SECONDS="1")
+    job = wait_for_status(job, Job.Status.FAILED, timeout=60)
+    assert job.error.startswith("Worker lost: doomed@") and "Re-run the job" in job.error
+    assert not Job.objects.filter(status=Job.Status.RUNNING).exists()
+
+    after = wait_for_status(submit(team, alice, steps=2), Job.Status.SUCCEEDED, timeout=60)
+    assert after.worker.startswith("rescuer@")

@@ -1,0 +1,1 @@
+"""MoE Lab's Django project: accounts, jobs and the dashboard."""

@@ -1,0 +1,30 @@
+from django.contrib import admin
+
+from webapp.jobs.models import Job, JobArtifact, JobInput, WorkerStatus
+
+
+class JobInputInline(admin.TabularInline):
+    model = JobInput
+    extra = 0
+    readonly_fields = ["param", "file", "original_name", "size", "sha256", "format"]
+
+
+class JobArtifactInline(admin.TabularInline):
+    model = JobArtifact
+    extra = 0
+    readonly_fields = ["name", "file", "media_type", "size", "attempt", "unfinished"]
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ["id", "kind", "team", "status", "progress", "submitted_by", "created_at", "worker"]
+    list_filter = ["status", "kind", "queue"]
+    search_fields = ["id", "kind", "team__name", "submitted_by__username"]
+    list_select_related = ["team", "submitted_by"]
+    raw_id_fields = ["rerun_of"]
+    inlines = [JobInputInline, JobArtifactInline]
+
+
+@admin.register(WorkerStatus)
+class WorkerStatusAdmin(admin.ModelAdmin):
+    list_display = ["hostname", "queues", "device", "pid", "started_at", "last_seen"]

@@ -1,0 +1,238 @@
+"""The platform benchmark (``make bench-platform``): dispatch latency, throughput and dashboard
+render time, measured against real PostgreSQL, Redis and Celery workers started here.
+
+Dispatch latency is submit → RUNNING as the worker records it (``started_at``), for sequential
+submissions to an idle worker. Throughput is no-op jobs (the test kind, one step) drained per
+minute by 1 and 2 workers. Dashboard render time is the team dashboard through Django's test
+client with 100 and with 10,000 jobs of the team in the database.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from webapp.accounts.models import Membership, Role, Team
+from webapp.jobs.models import Job, WorkerStatus
+from webapp.jobs.services import job_submit
+
+ROOT = Path(__file__).resolve().parents[2]
+TIERS = {
+    "quick": {"dispatch": 50, "throughput": 40, "renders": 10},
+    "full": {"dispatch": 200, "throughput": 200, "renders": 30},
+}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+class Workers:
+    """Celery workers as subprocesses on all three queues, like ``make run`` starts one."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str) -> None:
+        argv = [str(Path(sys.executable).parent / "celery"), "-A", "webapp", "worker", "-Q", "gpu,cpu,verify"]
+        argv += ["-c", "1", "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "-l", "warning"]
+        out = (self.log_dir / f"{name}.log").open("wb")
+        env = {**os.environ, "MOELAB_DEVICE": "cpu"}
+        process = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.processes.append(process)
+        deadline = time.monotonic() + 90
+        while not WorkerStatus.objects.filter(hostname__startswith=f"{name}@").exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"worker {name} did not start; see {self.log_dir / f'{name}.log'}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def wait_terminal(job_ids: list[uuid.UUID], timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while Job.objects.filter(pk__in=job_ids).exclude(status__in=Job.TERMINAL).exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("jobs did not finish in time; are the workers running?")
+        time.sleep(0.02)
+
+
+def dispatch_latency(team: Team, user: User, n: int) -> dict[str, Any]:
+    latencies = []
+    for _ in range(n):
+        submitted = timezone.now()
+        job = job_submit(team=team, user=user, kind="test-exercise", raw_params={"steps": 1})
+        wait_terminal([job.pk], timeout=60)
+        job.refresh_from_db()
+        if job.status != Job.Status.SUCCEEDED:
+            raise RuntimeError(f"bench job failed: {job.error}")
+        latencies.append((job.started_at - submitted).total_seconds())
+    return {
+        "n": n,
+        "median_s": statistics.median(latencies),
+        "p95_s": percentile(latencies, 0.95),
+        "max_s": max(latencies),
+    }
+
+
+def throughput(team: Team, user: User, n: int) -> dict[str, Any]:
+    start = time.perf_counter()
+    ids = [job_submit(team=team, user=user, kind="test-exercise", raw_params={"steps": 1}).pk for _ in range(n)]
+    wait_terminal(ids)
+    seconds = time.perf_counter() - start
+    failed = Job.objects.filter(pk__in=ids).exclude(status=Job.Status.SUCCEEDED).count()
+    return {"n": n, "seconds": seconds, "jobs_per_minute": 60 * n / seconds, "failed": failed}
+
+
+def fill(team: Team, user: User, n: int) -> None:
+    """``n`` finished jobs of the team, with realistic metrics and a chart, inserted in bulk."""
+    now = timezone.now()
+    statuses = [Job.Status.SUCCEEDED, Job.Status.FAILED, Job.Status.CANCELLED, Job.Status.SUCCEEDED]
+    metrics = {"scalars": {"final_loss": 0.1}, "series": {"loss": [[i, 1 / (i + 1)] for i in range(200)]}}
+    batch: list[Job] = []
+    for i in range(n):
+        created = now - timedelta(minutes=i + 1)
+        batch.append(
+            Job(
+                team=team,
+                submitted_by=user,
+                kind="test-exercise",
+                queue="cpu",
+                params={"steps": 200, "seed": i},
+                status=statuses[i % len(statuses)],
+                progress=1.0,
+                stage="done",
+                started_at=created,
+                finished_at=created + timedelta(seconds=30),
+                metrics=metrics,
+                log_tail="step 199: loss 0.0050\n" * 50,
+            )
+        )
+        if len(batch) == 2000:
+            Job.objects.bulk_create(batch)
+            batch = []
+    Job.objects.bulk_create(batch)
+    # created_at is auto_now_add: spread it out so the newest-first page is a real index scan.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE jobs_job SET created_at = finished_at - interval '30 seconds' WHERE team_id = %s", [team.pk]
+        )
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("ANALYZE jobs_job")
+
+
+def dashboard_render(team: Team, user: User, renders: int) -> dict[str, Any]:
+    client = Client()
+    client.force_login(user)
+    url = reverse("dashboard:index", args=[team.slug])
+    response = client.get(url)  # warm-up (templates, caches)
+    if response.status_code != 200:
+        raise RuntimeError(f"GET {url} answered {response.status_code}")
+    times = []
+    for _ in range(renders):
+        start = time.perf_counter()
+        client.get(url)
+        times.append(time.perf_counter() - start)
+    with CaptureQueriesContext(connection) as queries:
+        client.get(url)
+    return {
+        "jobs": Job.objects.filter(team=team).count(),
+        "median_s": statistics.median(times),
+        "queries": len(queries),
+    }
+
+
+def make_team(slug: str, user: User) -> Team:
+    Team.objects.filter(slug=slug).delete()
+    team = Team.objects.create(name=slug, slug=slug)
+    Membership.objects.create(team=team, user=user, role=Role.OWNER)
+    return team
+
+
+def run(tier: str, log_dir: Path) -> dict[str, Any]:
+    sizes = TIERS[tier]
+    if not settings.CELERY_BROKER_URL.startswith("redis"):
+        raise RuntimeError("the platform benchmark needs CELERY_BROKER_URL=redis://... (scripts/bench.sh sets it)")
+    user, _ = User.objects.get_or_create(username="bench")
+    WorkerStatus.objects.all().delete()
+    workers = Workers(log_dir)
+    results: dict[str, Any] = {"tier": tier, "database": connection.vendor, "broker": "redis"}
+    try:
+        workers.start("bench1")
+        team = make_team("bench-dispatch", user)
+        job_submit(team=team, user=user, kind="test-exercise", raw_params={"steps": 1})  # warm the worker
+        time.sleep(2)
+        results["dispatch"] = dispatch_latency(team, user, sizes["dispatch"])
+        results["throughput_1_worker"] = throughput(make_team("bench-tp1", user), user, sizes["throughput"])
+        workers.start("bench2")
+        results["throughput_2_workers"] = throughput(make_team("bench-tp2", user), user, sizes["throughput"])
+    finally:
+        workers.stop()
+    small, large = make_team("bench-100", user), make_team("bench-10000", user)
+    fill(small, user, 100)
+    fill(large, user, 10_000)
+    results["dashboard_100"] = dashboard_render(small, user, sizes["renders"])
+    results["dashboard_10000"] = dashboard_render(large, user, sizes["renders"])
+    results["dashboard_ratio"] = results["dashboard_10000"]["median_s"] / results["dashboard_100"]["median_s"]
+    for slug in ("bench-dispatch", "bench-tp1", "bench-tp2", "bench-100", "bench-10000"):
+        Team.objects.filter(slug=slug).delete()
+    return results
+
+
+def markdown(results: dict[str, Any]) -> str:
+    d, t1, t2 = results["dispatch"], results["throughput_1_worker"], results["throughput_2_workers"]
+    small, large = results["dashboard_100"], results["dashboard_10000"]
+    ok = lambda good: "met" if good else "**missed**"  # noqa: E731
+
+    def render_row(r: dict[str, Any]) -> str:
+        return f"| dashboard render, {r['jobs']} jobs | {r['median_s'] * 1000:.1f} ms ({r['queries']} queries) |"
+
+    return "\n".join(
+        [
+            f"# Platform benchmark ({results['tier']} tier; {results['database']} + {results['broker']})",
+            "",
+            "| measure | value | goal |",
+            "|---|---|---|",
+            f"| dispatch latency submit → RUNNING, median ({d['n']} sequential) | {d['median_s'] * 1000:.0f} ms | |",
+            f"| dispatch latency, p95 | {d['p95_s'] * 1000:.0f} ms | p95 < 1 s: {ok(d['p95_s'] < 1)} |",
+            f"| throughput, 1 worker ({t1['n']} no-op jobs) | {t1['jobs_per_minute']:.0f} jobs/min | |",
+            f"| throughput, 2 workers ({t2['n']} no-op jobs) | {t2['jobs_per_minute']:.0f} jobs/min | |",
+            render_row(small) + " |",
+            render_row(large)
+            + f" ≤ 1.5x: {ok(results['dashboard_ratio'] <= 1.5)} ({results['dashboard_ratio']:.2f}x) |",
+            "",
+            "Workers: prefork, one child, a fresh child per job (`worker_max_tasks_per_child=1`), early ack,",
+            "prefetch 1. No-op job = the test kind with one step; its time includes the claim, provenance",
+            "(a `git` call), the ctx's final flush and the log upload.",
+        ]
+    )

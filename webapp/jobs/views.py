@@ -1,0 +1,259 @@
+"""Job pages: choose a kind, submit, watch a job, act on it, download its results, compare jobs.
+
+Every view reaches a job through ``job_for_user`` or a team through ``team_for_user``, so
+outsiders get 404 everywhere and viewers get 403 on every write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from mlcore.jobs.registry import Kind, UnknownKind, all_kinds, get_kind
+from webapp.accounts.models import Membership
+from webapp.accounts.selectors import team_for_user
+from webapp.accounts.views import remember_team
+from webapp.jobs import charts, selectors, services, storage
+from webapp.jobs.downloads import artifact_response
+from webapp.jobs.forms import SpecForm
+from webapp.jobs.models import Job, JobArtifact
+
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif")
+
+
+def _kind_or_404(name: str) -> Kind:
+    try:
+        return get_kind(name)
+    except UnknownKind:
+        raise Http404("No such job kind.") from None
+
+
+def _membership(request: HttpRequest, job: Job) -> Membership:
+    return Membership.objects.get(team=job.team_id, user=request.user)
+
+
+@login_required
+def kinds(request: HttpRequest, team_slug: str) -> HttpResponse:
+    team = team_for_user(request.user, team_slug, write=True)
+    remember_team(request, team)
+    context = {"team": team, "kinds": [k.spec for k in all_kinds()], "nav": "submit"}
+    return render(request, "jobs/kinds.html", context)
+
+
+def _render_submit(request: HttpRequest, context: dict[str, Any], *, status: int = 200) -> HttpResponse:
+    return render(request, "jobs/submit.html", {"nav": "submit", **context}, status=status)
+
+
+@login_required
+def submit(request: HttpRequest, team_slug: str, kind: str) -> HttpResponse:
+    team = team_for_user(request.user, team_slug, write=True)
+    spec = _kind_or_404(kind).spec
+    remember_team(request, team)
+    if request.method != "POST":
+        initial = {**{p.name: p.default for p in spec.params}, **spec.sample} if "sample" in request.GET else None
+        return _render_submit(request, {"team": team, "spec": spec, "form": SpecForm(spec, initial=initial)})
+    form = SpecForm(spec, data=request.POST)
+    files = {p.name: request.FILES.getlist(p.name) for p in spec.file_params}
+    try:
+        job = services.job_submit(
+            team=team, user=request.user, kind=spec.name, raw_params=form.raw_params(), files=files
+        )
+    except services.SubmitError as exc:
+        form.add_errors(exc.errors)
+        return _render_submit(request, {"team": team, "spec": spec, "form": form}, status=400)
+    return redirect("jobs:detail", job.id)
+
+
+def _results_version(job: Job, artifacts: list[JobArtifact]) -> str:
+    """A short hash of what the results panel shows; unchanged panels are not re-sent (no chart flicker)."""
+    state = [
+        job.charts,
+        [(a.name, a.size, a.media_type, a.unfinished, a.created_at.isoformat()) for a in artifacts],
+        bool(job.provenance),
+        job.is_terminal,
+    ]
+    return hashlib.sha1(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _results_context(job: Job) -> dict[str, Any]:
+    """Charts, artifacts, and the side panels (parameters, inputs, provenance, related runs)."""
+    artifacts = list(selectors.artifacts_of(job))
+    return {
+        "job": job,
+        "charts": charts.chart_list(job),
+        "images": [a for a in artifacts if a.media_type in IMAGE_TYPES],
+        "files": [a for a in artifacts if a.media_type not in IMAGE_TYPES],
+        "artifact_count": len(artifacts),
+        "results_version": _results_version(job, artifacts),
+        "param_rows": _param_rows(job),
+        "inputs": list(job.inputs.all()),
+        "reruns": list(job.reruns.order_by("-created_at")[:10]),
+    }
+
+
+def _live_context(request: HttpRequest, job: Job) -> dict[str, Any]:
+    membership = _membership(request, job)
+    scalars = sorted((job.metrics or {}).get("scalars", {}).items())
+    return {
+        "job": job,
+        "title": dict(selectors.kind_choices()).get(job.kind, job.kind),
+        "membership": membership,
+        "scalars": scalars,
+        "show_traceback": bool(job.traceback) and selectors.may_see_traceback(request.user, job),
+    }
+
+
+def _param_rows(job: Job) -> list[dict[str, Any]]:
+    try:
+        titles = {p.name: p.title for p in get_kind(job.kind).spec.params}
+    except UnknownKind:
+        titles = {}
+    return [{"name": name, "label": titles.get(name, name), "value": value} for name, value in job.params.items()]
+
+
+@login_required
+def detail(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = selectors.job_for_user(request.user, job_id)
+    remember_team(request, job.team)
+    context = {**_live_context(request, job), **_results_context(job), "team": job.team, "nav": "dashboard"}
+    return render(request, "jobs/detail.html", context)
+
+
+@login_required
+def live(request: HttpRequest, job_id: str) -> HttpResponse:
+    """The polled part of the job page; without a trigger once the job is terminal, so polling stops."""
+    job = selectors.job_for_user(request.user, job_id)
+    return render(request, "jobs/_live.html", _live_context(request, job))
+
+
+@login_required
+def results(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = selectors.job_for_user(request.user, job_id)
+    context = _results_context(job)
+    if request.GET.get("v") == context["results_version"]:
+        return HttpResponse(status=204)  # htmx swaps nothing on 204: charts already drawn stay put
+    return render(request, "jobs/_results.html", context)
+
+
+@login_required
+@require_POST
+def cancel(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = selectors.job_for_user(request.user, job_id, write=True)
+    try:
+        job = services.job_cancel(job=job, user=request.user)
+    except services.JobStateError as exc:
+        messages.warning(request, str(exc))
+    else:
+        done = job.status == Job.Status.CANCELLED
+        messages.success(request, "Job cancelled." if done else "Asked the job to stop; it stops at its next step.")
+    return redirect("jobs:detail", job.id)
+
+
+@login_required
+def rerun(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = selectors.job_for_user(request.user, job_id, write=True)
+    spec = _kind_or_404(job.kind).spec
+    changed = services.job_changed_params(job)
+    value_params = {p.name for p in spec.value_params}
+    form = SpecForm(spec, initial={k: v for k, v in job.params.items() if k in value_params})
+    form.fields = [view for view in form.fields if view.widget != "file"]  # inputs are copied from the original
+    status = 200
+    if request.method == "POST":
+        form = SpecForm(spec, data=request.POST)
+        form.fields = [view for view in form.fields if view.widget != "file"]
+        try:
+            clone = services.job_rerun(job=job, user=request.user, raw_params=form.raw_params())
+        except services.SubmitError as exc:
+            form.add_errors(exc.errors)
+            status = 400
+        else:
+            return redirect("jobs:detail", clone.id)
+    context = {
+        "team": job.team,
+        "spec": spec,
+        "form": form,
+        "rerun_of": job,
+        "changed": changed,
+        "inputs": list(job.inputs.all()),
+        "nav": "submit",
+    }
+    return _render_submit(request, context, status=status)
+
+
+@login_required
+@require_POST
+def delete(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = selectors.job_for_user(request.user, job_id, write=True)
+    team = job.team
+    try:
+        services.job_delete(job=job, user=request.user)
+    except services.JobStateError as exc:
+        messages.warning(request, str(exc))
+        return redirect("jobs:detail", job.id)
+    messages.success(request, "Job deleted with its files.")
+    return redirect("dashboard:index", team.slug)
+
+
+@login_required
+def artifact(request: HttpRequest, job_id: str, name: str) -> FileResponse:
+    item = selectors.artifact_for_user(request.user, job_id, name)
+    return artifact_response(item, download="download" in request.GET)
+
+
+@login_required
+def log(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = selectors.job_for_user(request.user, job_id)
+    response = HttpResponse(storage.read_log(job), content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'inline; filename="{job.id}.log.txt"'
+    return response
+
+
+@login_required
+def chart_png(request: HttpRequest, job_id: str, name: str) -> HttpResponse:
+    job = selectors.job_for_user(request.user, job_id)
+    png = charts.render_png(charts.chart_spec(job, name))
+    response = HttpResponse(png, content_type="image/png")
+    response["Content-Disposition"] = f'attachment; filename="{charts.safe_filename(name)}.png"'
+    return response
+
+
+@login_required
+def chart_data(request: HttpRequest, job_id: str, name: str) -> JsonResponse:
+    job = selectors.job_for_user(request.user, job_id)
+    response = JsonResponse(charts.chart_data(charts.chart_spec(job, name)), safe=False)
+    response["Content-Disposition"] = f'attachment; filename="{charts.safe_filename(name)}.json"'
+    return response
+
+
+@login_required
+def chart_spec(request: HttpRequest, job_id: str, name: str) -> JsonResponse:
+    job = selectors.job_for_user(request.user, job_id)
+    response = JsonResponse(charts.chart_spec(job, name))
+    response["Content-Disposition"] = f'attachment; filename="{charts.safe_filename(name)}.vl.json"'
+    return response
+
+
+@login_required
+def compare(request: HttpRequest) -> HttpResponse:
+    ids = list(dict.fromkeys(request.GET.getlist("job")))
+    jobs = [selectors.job_for_user(request.user, job_id) for job_id in ids]
+    error = ""
+    if len(jobs) < 2:
+        error = "Pick two or more jobs to compare (tick them on the dashboard)."
+    elif len({j.team_id for j in jobs}) > 1:
+        error = "These jobs belong to different teams; compare jobs of one team."
+    elif len({j.kind for j in jobs}) > 1:
+        error = "Only jobs of the same kind can be compared: their parameters and metrics must match."
+    team = jobs[0].team if jobs else None
+    context: dict[str, Any] = {"jobs": jobs, "error": error, "team": team, "nav": "dashboard"}
+    if not error:
+        context.update(charts.comparison(jobs))
+        remember_team(request, jobs[0].team)
+    return render(request, "jobs/compare.html", context, status=400 if error else 200)

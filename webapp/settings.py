@@ -1,0 +1,206 @@
+"""MoE Lab settings, read from the environment with a working default for every value.
+
+Defaults need no server: SQLite in WAL mode and a file-system Kombu transport under ``var/``,
+files under ``var/media``. ``DATABASE_URL``, ``CELERY_BROKER_URL``, ``REDIS_URL`` and
+``MOELAB_S3_*`` switch to PostgreSQL, Redis and S3-compatible storage. ``MOELAB_ENV=production``
+turns on the hardening that ``manage.py check --deploy`` asks for and requires a secret key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from webapp.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("MOELAB_VAR_DIR", str(BASE_DIR / "var")))
+
+PRODUCTION = env_str("MOELAB_ENV", "development") == "production"
+DEBUG = env_bool("DEBUG", not PRODUCTION)
+SECRET_KEY = env_str("SECRET_KEY", "" if PRODUCTION else "dev-only-insecure-key-change-me-" + "x" * 32)
+if not SECRET_KEY:
+    raise RuntimeError("Set SECRET_KEY (or SECRET_KEY_FILE) when MOELAB_ENV=production.")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "" if PRODUCTION else "127.0.0.1,localhost,testserver")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "ninja",
+    "webapp.accounts",
+    "webapp.jobs",
+    "webapp.dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+WSGI_APPLICATION = "webapp.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "webapp" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# -- database ----------------------------------------------------------------------------------
+_SQLITE_DEFAULT = f"sqlite:///{VAR_DIR / 'moelab.sqlite3'}"
+DATABASES = {"default": dj_database_url.parse(env_str("DATABASE_URL", _SQLITE_DEFAULT), conn_max_age=60)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # WAL lets the worker write progress while the web process reads; IMMEDIATE transactions and
+    # a busy timeout turn "database is locked" into a short wait.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# -- cache (rate limits need a shared one: Redis when REDIS_URL is set) --------------------------
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# -- auth --------------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "accounts:login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/"
+INVITE_DAYS = env_int("MOELAB_INVITE_DAYS", 7)
+
+# -- email (console in development; locmem in tests, set by Django's test runner) ---------------
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "MoE Lab <noreply@localhost>")
+
+# -- i18n --------------------------------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+# -- static files and storage --------------------------------------------------------------------
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [p for p in [BASE_DIR / "webapp" / "static"] if p.is_dir()]
+MEDIA_ROOT = Path(env_str("MOELAB_MEDIA_ROOT", str(VAR_DIR / "media")))
+MEDIA_URL = "/media/"
+S3_BUCKET = env_str("MOELAB_S3_BUCKET")
+if S3_BUCKET:
+    # Workers on other hosts then need no shared disk: artifacts, inputs and logs live in the bucket.
+    _default_storage = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": S3_BUCKET,
+            "endpoint_url": env_str("MOELAB_S3_ENDPOINT_URL") or None,
+            "access_key": env_str("MOELAB_S3_ACCESS_KEY") or None,
+            "secret_key": env_str("MOELAB_S3_SECRET_KEY") or None,
+            "region_name": env_str("MOELAB_S3_REGION") or None,
+            "file_overwrite": True,
+            "default_acl": None,
+            "querystring_auth": True,
+        },
+    }
+else:
+    _default_storage = {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": MEDIA_ROOT}}
+STORAGES = {
+    "default": _default_storage,
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+DATA_UPLOAD_MAX_NUMBER_FILES = env_int("MOELAB_MAX_UPLOAD_FILES", 64)
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+
+# -- Celery (see shared/papers/platform-notes.md, "Celery for long GPU jobs") --------------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+BROKER_DIR = VAR_DIR / "broker"
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for _folder in ("queue", "processed", "control"):
+        (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+        "control_folder": str(BROKER_DIR / "control"),
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {}
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = False  # early ack: a long job is never redelivered after the visibility timeout
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_DISABLE_PREFETCH = CELERY_BROKER_URL.startswith("redis")
+CELERY_WORKER_MAX_TASKS_PER_CHILD = env_int("MOELAB_MAX_TASKS_PER_CHILD", 1)
+CELERY_TASK_DEFAULT_QUEUE = "cpu"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+REAPER_INTERVAL_SECONDS = env_int("MOELAB_REAPER_INTERVAL_SECONDS", 15)
+HEARTBEAT_SECONDS = env_int("MOELAB_HEARTBEAT_SECONDS", 5)
+HEARTBEAT_STALE_SECONDS = env_int("MOELAB_HEARTBEAT_STALE_SECONDS", 60)
+WORKER_UP_SECONDS = env_int("MOELAB_WORKER_UP_SECONDS", 30)
+#: Refuse a job whose ``estimate`` needs more memory than this (bytes; 0 = no check).
+WORKER_MEMORY_LIMIT = env_int("MOELAB_WORKER_MEMORY_BYTES", 0)
+
+# -- production hardening --------------------------------------------------------------------------
+if not DEBUG:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("MOELAB_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # health checks speak plain HTTP inside the network
+    SECURE_HSTS_SECONDS = env_int("MOELAB_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env_bool("MOELAB_HSTS_PRELOAD", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    X_FRAME_OPTIONS = "DENY"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}

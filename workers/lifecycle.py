@@ -1,0 +1,126 @@
+"""A job's life on a worker: claim, prepare, run through ``ctx``, finish (``shared/DESIGN.md``,
+"Job lifecycle"). The task in :mod:`workers.tasks` only calls :func:`run_job`."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+
+from mlcore.jobs import provenance, runner
+from mlcore.jobs.registry import UnknownKind, get_kind
+from mlcore.jobs.runner import Outcome
+from mlcore.jobs.spec import JobError, ValidationError
+from webapp.jobs import storage
+from webapp.jobs.models import Job, JobArtifact
+from webapp.jobs.resolver import PlatformResolver
+from workers.context import DatabaseContext
+from workers.device import task_device
+
+log = logging.getLogger(__name__)
+
+
+def claim(job_id: str, *, worker: str) -> Job | None:
+    """Move the job from QUEUED to RUNNING; ``None`` if another delivery (or a cancel) got there first.
+
+    A duplicate delivery can race us here; the conditional update makes exactly one winner.
+    """
+    now = timezone.now()
+    won = Job.objects.filter(pk=job_id, status=Job.Status.QUEUED).update(
+        status=Job.Status.RUNNING, started_at=now, heartbeat_at=now, worker=worker, attempt=F("attempt") + 1
+    )
+    return Job.objects.select_related("team").get(pk=job_id) if won else None
+
+
+def finish(job: Job, outcome: Outcome) -> bool:
+    """Record the outcome, only if the job is still RUNNING (the reaper may have given up on it)."""
+    status = {"succeeded": Job.Status.SUCCEEDED, "failed": Job.Status.FAILED, "cancelled": Job.Status.CANCELLED}
+    fields = {
+        "status": status[outcome.status],
+        "finished_at": timezone.now(),
+        "error": outcome.error,
+        "traceback": outcome.traceback,
+    }
+    if outcome.status == "succeeded":
+        fields["progress"] = 1.0
+    done = bool(Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING).update(**fields))
+    if outcome.status != "succeeded":
+        JobArtifact.objects.filter(job=job, attempt=job.attempt).update(unfinished=True)
+    return done
+
+
+def timed_out(job: Job) -> Outcome:
+    limit = get_kind(job.kind).spec.soft_time_limit
+    return Outcome(
+        "failed",
+        error=f"Timed out: the job ran past its time limit ({limit} s). Reduce its size or steps.",
+        traceback="SoftTimeLimitExceeded",
+    )
+
+
+def _execute(job: Job, ctx: DatabaseContext) -> Outcome:
+    try:
+        kind = get_kind(job.kind)
+    except UnknownKind as exc:
+        return Outcome("failed", error=f"{exc} This worker cannot run it; ask an admin to update the workers.")
+    with storage.local_inputs(job) as files:
+        try:
+            params, inputs = runner.prepare(
+                kind,
+                job.params,
+                files,
+                resolver=PlatformResolver(),
+                workdir=ctx.workdir,
+                memory_limit=settings.WORKER_MEMORY_LIMIT or None,
+            )
+        except ValidationError as exc:
+            return Outcome("failed", error=f"Invalid parameters: {exc}")
+        except JobError as exc:
+            return Outcome("failed", error=str(exc))
+        record = provenance.collect(seed=runner.seed_of(kind, params), device=ctx.device_name, inputs=inputs)
+        Job.objects.filter(pk=job.pk).update(provenance=record)
+        return runner.execute(kind, params, inputs, ctx, passthrough=(SoftTimeLimitExceeded,))
+
+
+def run_job(job_id: str, *, worker: str | None = None) -> str:
+    """Claim and run one job; returns the final status, or ``"skipped"`` for a lost claim."""
+    worker = worker or socket.gethostname()
+    job = claim(job_id, worker=worker)
+    if job is None:
+        log.info("job %s: not queued any more (duplicate delivery or cancelled); skipping", job_id)
+        return "skipped"
+    workdir = Path(tempfile.mkdtemp(prefix=f"moelab-job-{job.pk}-"))
+    ctx: DatabaseContext | None = None
+    try:
+        device = task_device()
+        Job.objects.filter(pk=job.pk).update(device=device)
+        ctx = DatabaseContext(job, workdir=workdir, device=device)
+        ctx.start()
+        try:
+            outcome = _execute(job, ctx)
+        except SoftTimeLimitExceeded:
+            ctx.close()
+            outcome = timed_out(job)
+        finally:
+            ctx.stop()
+    except Exception as exc:  # the platform itself failed (storage, database): still end the job
+        log.exception("job %s: worker error", job.pk)
+        import traceback
+
+        outcome = Outcome(
+            "failed", error=f"Worker error: {type(exc).__name__}: {exc}", traceback=traceback.format_exc()
+        )
+    finally:
+        if ctx is not None:
+            ctx.discard()
+        shutil.rmtree(workdir, ignore_errors=True)
+    finish(job, outcome)
+    log.info("job %s: %s %s", job.pk, outcome.status, outcome.error)
+    return outcome.status

@@ -1,0 +1,64 @@
+"""The tasks: an interface, not a place for logic. Anything a task would "know" about a kind
+belongs in the kind's module in ``mlcore/jobs/``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import signals
+
+from webapp.celery import REAP, RUN_JOB, app
+
+log = logging.getLogger(__name__)
+_status_beat: Any = None
+
+
+@app.task(name=RUN_JOB, bind=True, ignore_result=True, acks_late=False)
+def run_job(self: Any, job_id: str) -> str:
+    from workers.lifecycle import run_job as run
+
+    return run(job_id, worker=self.request.hostname or None)
+
+
+@app.task(name=REAP, ignore_result=True)
+def reap_stale_jobs() -> list[str]:
+    from workers.reaper import reap_stale_jobs as reap
+
+    reaped = reap()
+    if reaped:
+        log.warning("reaped %d job(s) with stale heartbeats: %s", len(reaped), ", ".join(reaped))
+    return reaped
+
+
+@signals.worker_ready.connect
+def start_status_beat(sender: Any = None, **_: Any) -> None:
+    from workers.status import StatusBeat, queues_of
+
+    global _status_beat
+    _status_beat = StatusBeat(hostname=sender.hostname, queues=queues_of(sender))
+    _status_beat.start()
+
+
+@signals.worker_shutdown.connect
+def stop_status_beat(**_: Any) -> None:
+    if _status_beat is not None:
+        _status_beat.stop()
+
+
+@signals.task_failure.connect
+def fail_on_hard_time_limit(sender: Any = None, task_id: str = "", exception: Any = None, args: Any = (), **_: Any):
+    """The hard limit kills the child, so the task cannot record it: the parent does, here."""
+    from billiard.exceptions import TimeLimitExceeded
+
+    if getattr(sender, "name", "") != RUN_JOB or not isinstance(exception, TimeLimitExceeded) or not args:
+        return
+    from django.utils import timezone
+
+    from webapp.jobs.models import Job
+
+    Job.objects.filter(pk=args[0], status=Job.Status.RUNNING).update(
+        status=Job.Status.FAILED,
+        finished_at=timezone.now(),
+        error="Stopped: the job ran past its hard time limit and was killed. Reduce its size or steps.",
+    )
