@@ -92,6 +92,13 @@ class ExpertSort:
         ends = torch.cumsum(self.counts, 0).tolist()
         starts = [0, *ends[:-1]]
         self.segments = [(e, s, t) for e, (s, t) in enumerate(zip(starts, ends)) if t > s]
+        self.empty_experts = [e for e, (s, t) in enumerate(zip(starts, ends)) if t == s]
+
+    def weight_grad(self, weight: torch.Tensor) -> torch.Tensor:
+        """Storage for a per-expert weight gradient; only experts without tokens need zeros (the rest are written)."""
+        grad = torch.empty_like(weight)
+        grad[self.empty_experts] = 0
+        return grad
 
 
 def _gated_activation(h1: torch.Tensor, activation: str, gated: bool) -> torch.Tensor:
@@ -105,8 +112,8 @@ def _gated_activation(h1: torch.Tensor, activation: str, gated: bool) -> torch.T
 def _grouped_linear(
     x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, segments: list[tuple[int, int, int]], width: int
 ) -> torch.Tensor:
-    """out[s:t] = x[s:t] @ w[e].T (+ b[e]) for each expert segment; rows of no segment stay zero."""
-    out = x.new_zeros(x.shape[0], width)
+    """out[s:t] = x[s:t] @ w[e].T (+ b[e]) for each expert segment (the segments cover every row)."""
+    out = x.new_empty(x.shape[0], width)
     for e, s, t in segments:
         if b is None:
             torch.mm(x[s:t], w[e].t(), out=out[s:t])
@@ -156,9 +163,9 @@ class _FusedMoETwin(torch.autograd.Function):
             grad_topk = grad_topk.view_as(topk_weights)
 
         gy = gs * gates[:, None]
-        grad_w_down = torch.zeros_like(w_down) if need[2] else None
-        grad_b_down = torch.zeros(w_down.shape[:2], dtype=gy.dtype).index_add_(0, sort.expert, gy) if need[5] else None
-        ga = torch.zeros_like(a)
+        grad_w_down = sort.weight_grad(w_down) if need[2] else None
+        grad_b_down = gy.new_zeros(w_down.shape[:2]).index_add_(0, sort.expert, gy) if need[5] else None
+        ga = torch.empty_like(a)
         for e, s, t in sort.segments:
             if grad_w_down is not None:
                 torch.mm(gy[s:t].t(), a[s:t], out=grad_w_down[e])
@@ -168,11 +175,11 @@ class _FusedMoETwin(torch.autograd.Function):
             h1_ = h1.detach().requires_grad_()
             (gh1,) = torch.autograd.grad(_gated_activation(h1_, ctx.activation, ctx.gated), h1_, ga)
 
-        grad_w_gate_up = torch.zeros_like(w_gate_up) if need[1] else None
-        grad_b_gate_up = torch.zeros(w_gate_up.shape[:2], dtype=gh1.dtype).index_add_(0, sort.expert, gh1) if need[4] else None
+        grad_w_gate_up = sort.weight_grad(w_gate_up) if need[1] else None
+        grad_b_gate_up = gh1.new_zeros(w_gate_up.shape[:2]).index_add_(0, sort.expert, gh1) if need[4] else None
         grad_hidden = None
         xs = hidden[sort.token] if grad_w_gate_up is not None else None
-        gxs = torch.zeros_like(gs) if need[0] else None
+        gxs = torch.empty_like(gs) if need[0] else None
         for e, s, t in sort.segments:
             if grad_w_gate_up is not None:
                 torch.mm(gh1[s:t].t(), xs[s:t], out=grad_w_gate_up[e])

@@ -14,6 +14,7 @@ those on the next run, so an interrupted study resumes.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -38,15 +39,15 @@ class Tier:
 
 
 TIERS = {
-    "quick": Tier(("moe-lm-tiny",), (0.25, 0.5), ("shakespeare",), (64,), (0,), 128, 100),
+    "quick": Tier(("moe-lm-tiny",), (0.25, 0.5), ("shakespeare",), (64,), (0,), 64, 50),
     "full": Tier(
         ("moe-lm-tiny", "moe-lm-olmoe"),
         (0.25, 0.5),
         ("shakespeare", "stdlib-source"),
         (16, 64, 256),
         (0, 1, 2),
-        512,
-        200,
+        192,
+        100,
     ),
 }
 
@@ -208,15 +209,26 @@ def _verdict(per_method: dict[str, Any]) -> str:
     )
 
 
-def run(tier: str, results: Path) -> None:
-    import torch
-
+def _prepare_model(item: Any, spec: Tier) -> dict[str, Any]:
+    """Load a zoo model, its tokenizer and held-out set, and score the unpruned model once."""
     from mlcore.catalog import materialize
     from mlcore.data.registry import TEXT_SOURCES
     from mlcore.eval.heldout import prepare_heldout
     from mlcore.hf import load_model
-    from mlcore.zoo.registry import MODELS
     from mlcore.zoo.tokenizer import load_hf_tokenizer
+
+    folder = materialize(item)
+    model, tokenizer = load_model(folder), load_hf_tokenizer(folder)
+    heldout = prepare_heldout(
+        tokenizer, TEXT_SOURCES, length=128, windows=spec.eval_windows, cloze_items=spec.cloze_items
+    )
+    return {"model": model, "tokenizer": tokenizer, "heldout": heldout, "base": heldout.evaluate(model, tokenizer)}
+
+
+def run(tier: str, results: Path) -> None:
+    import torch
+
+    from mlcore.zoo.registry import MODELS
 
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     spec = TIERS[tier]
@@ -225,23 +237,34 @@ def run(tier: str, results: Path) -> None:
         cache.mkdir(parents=True, exist_ok=True)
     items = {item.name: item for item in MODELS}
     started = time.perf_counter()
+    budget = float(os.environ.get("MOELAB_BENCH_BUDGET_S", "inf"))
     rows: list[dict[str, Any]] = []
     bases: dict[str, Any] = {}
-    for model_name in spec.models:
-        folder = materialize(items[model_name])
-        model, tokenizer = load_model(folder), load_hf_tokenizer(folder)
-        heldout = prepare_heldout(
-            tokenizer, TEXT_SOURCES, length=128, windows=spec.eval_windows, cloze_items=spec.cloze_items
-        )
-        base = heldout.evaluate(model, tokenizer)
-        bases[model_name] = base
-        state = {"model": model, "tokenizer": tokenizer, "heldout": heldout, "base": base}
-        for source in spec.sources:
-            for samples in spec.samples:
-                for seed in spec.seeds:
-                    rows += _run_group(model_name, source, samples, seed, spec, cache, state)
+    states: dict[str, dict[str, Any]] = {}
+    complete = True
+    # Seeds outermost: a study stopped by its time budget still covers every other dimension once.
+    for seed in spec.seeds:
+        for model_name in spec.models:
+            if time.perf_counter() - started > budget:
+                complete = False
+                continue
+            if model_name not in states:
+                states[model_name] = _prepare_model(items[model_name], spec)
+                bases[model_name] = states[model_name]["base"]
+            for source in spec.sources:
+                for samples in spec.samples:
+                    if time.perf_counter() - started > budget:
+                        complete = False
+                        continue
+                    rows += _run_group(model_name, source, samples, seed, spec, cache, states[model_name])
     elapsed = time.perf_counter() - started
     summary = summarise(rows, spec.ratios)
     body = _markdown(tier, spec, summary, bases, elapsed)
-    write_results(results, "compress", body, {"tier": tier, "summary": summary, "bases": bases, "rows": rows})
+    if not complete:
+        body += (
+            f"\n**Partial study**: stopped after the {budget:.0f} s budget (MOELAB_BENCH_BUDGET_S) with {len(rows)} "
+            "configurations; run `make bench-compress FULL=1` again to resume from bench/cache/compress/.\n"
+        )
+    data = {"tier": tier, "complete": complete, "summary": summary, "bases": bases, "rows": rows}
+    write_results(results, "compress", body, data)
     print(body)

@@ -78,7 +78,7 @@ def build_items(
 
 
 def choice_loglikelihoods(
-    model: Any, tokenizer: Any, items: list[ClozeItem], *, batch_size: int = 64
+    model: Any, tokenizer: Any, items: list[ClozeItem], *, batch_size: int = 16
 ) -> list[list[float]]:
     """Σ log p(choice tokens | context) for every choice of every item.
 
@@ -129,29 +129,3 @@ def score(items: list[ClozeItem], loglikelihoods: list[list[float]]) -> dict[str
         for item, ll in zip(items, loglikelihoods)
     )
     return {"acc": acc / len(items), "acc_norm": acc_norm / len(items)}
-
-
-def suite(sources: tuple[str, ...], *, n_items: int = ITEMS_PER_SOURCE) -> dict[str, list[ClozeItem]]:
-    """The built-in suite: one cloze task per text source, from its held-out ``test`` split."""
-    from mlcore.data.textset import source_splits
-
-    return {name: build_items(blocks, n_items=n_items) for name, blocks in source_splits(sources, "test").items()}
-
-
-def evaluate_cloze(
-    model: Any,
-    tokenizer: Any,
-    sources: tuple[str, ...] | dict[str, list[ClozeItem]],
-    *,
-    n_items: int = ITEMS_PER_SOURCE,
-) -> dict[str, Any]:
-    """Accuracy per task and the mean over tasks (the suite's headline number)."""
-    tasks = sources if isinstance(sources, dict) else suite(sources, n_items=n_items)
-    results = {name: score(items, choice_loglikelihoods(model, tokenizer, items)) for name, items in tasks.items()}
-    return {
-        "tasks": results,
-        "acc": sum(r["acc"] for r in results.values()) / len(results),
-        "acc_norm": sum(r["acc_norm"] for r in results.values()) / len(results),
-        "choices": CHOICES,
-        "items_per_task": len(next(iter(tasks.values()))),
-    }

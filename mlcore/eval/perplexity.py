@@ -27,7 +27,7 @@ def heldout_windows(tokenizer: Any, texts: list[str], *, length: int, max_window
     return pack_windows(texts, encode, eos_id=tokenizer.eos_token_id, length=length, max_windows=max_windows)
 
 
-def mean_nll(model: Any, windows: torch.Tensor, *, batch_size: int = 32) -> float:
+def mean_nll(model: Any, windows: torch.Tensor, *, batch_size: int = 16) -> float:
     """Mean next-token negative log-likelihood in nats over all predicted tokens of ``windows``."""
     import torch
 
@@ -45,11 +45,11 @@ def mean_nll(model: Any, windows: torch.Tensor, *, batch_size: int = 32) -> floa
     return total / count
 
 
-def perplexity(model: Any, windows: torch.Tensor, *, batch_size: int = 32) -> float:
+def perplexity(model: Any, windows: torch.Tensor, *, batch_size: int = 16) -> float:
     return math.exp(mean_nll(model, windows, batch_size=batch_size))
 
 
-def expert_counts(model: Any, windows: torch.Tensor, *, batch_size: int = 32) -> list[list[int]]:
+def expert_counts(model: Any, windows: torch.Tensor, *, batch_size: int = 16) -> list[list[int]]:
     """How often each expert of each MoE layer is in a token's top-k: ``[layer][expert]`` counts.
 
     Reads the router logits that transformers' MoE models return with ``output_router_logits``.
@@ -79,22 +79,3 @@ def usage_entropy(counts: list[int]) -> float:
         return 0.0
     h = -sum(c / total * math.log(c / total) for c in counts if c)
     return h / math.log(len(counts))
-
-
-def evaluate_sources(
-    model: Any, tokenizer: Any, sources: dict[str, list[str]], *, length: int, max_windows: int = EVAL_WINDOWS
-) -> dict[str, Any]:
-    """Perplexity per source and expert-usage entropy per layer (over all sources' windows)."""
-    import torch
-
-    windows = {
-        name: heldout_windows(tokenizer, texts, length=length, max_windows=max_windows)
-        for name, texts in sources.items()
-    }
-    counts = expert_counts(model, torch.cat(list(windows.values())))
-    return {
-        "perplexity": {name: round(perplexity(model, w), 3) for name, w in windows.items()},
-        "windows": {name: len(w) for name, w in windows.items()},
-        "usage_entropy": [round(usage_entropy(c), 4) for c in counts],
-        "expert_counts": counts,
-    }

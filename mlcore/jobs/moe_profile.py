@@ -8,11 +8,14 @@ measured fp32 matmul peak, with a timing chart, an expert-load chart and a CSV t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlcore.jobs import Choice, Estimate, Int, JobContext, JobSpec, Seed
 
-ACTIVATIONS: dict[str, tuple[str, bool]] = {
+if TYPE_CHECKING:
+    from mlcore.moe.layer import Activation
+
+ACTIVATIONS: dict[str, tuple[Activation, bool]] = {
     "swiglu": ("silu", True),
     "geglu": ("gelu", True),
     "reglu": ("relu", True),
@@ -89,7 +92,7 @@ def _build_layer(p: dict[str, Any], device: Any) -> Any:
         h,
         p["intermediate"],
         router=routers[p["router"]](),
-        activation=activation,  # type: ignore[arg-type]
+        activation=activation,
         gated=gated,
         num_shared_experts=p["shared_experts"],
         device=device,
@@ -124,7 +127,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         routing = layer.router(x)
     slots = routing.expert_ids.numel()
     load = routing.expert_counts().tolist()
-    ctx.log(f"{layer}; {slots} (token, expert) slots per step on {device}")
+    ctx.log(f"MoELayer({layer.extra_repr()}), router {layer.router.kind}: {slots} (token, expert) slots on {device}")
 
     repeats = params["repeats"]
 

@@ -158,6 +158,8 @@ class RoutingTrace:
         for name in ("layers", "num_experts", "top_k", "shared_experts"):
             if len(getattr(meta, name)) != num_layers:
                 raise TraceError(f"metadata {name} lists {len(getattr(meta, name))} layers; the trace has {num_layers}")
+        if len(set(meta.layers)) != num_layers:
+            raise TraceError(f"metadata layers lists a layer twice: {list(meta.layers)}")
         if len(meta.source) > MAX_SOURCE_CHARS:
             raise TraceError(f"metadata source has {len(meta.source)} characters; at most {MAX_SOURCE_CHARS}")
         if len(self.gate_weights) != num_layers:
@@ -229,9 +231,7 @@ class RoutingTrace:
                         f"missing {missing or 'none'}, unexpected {unexpected or 'none'}"
                     )
                 tensors = {name: handle.get_tensor(name) for name in sorted(names)}
-        except TraceError:
-            raise
-        except FileNotFoundError:
+        except (TraceError, FileNotFoundError):
             raise
         except Exception as exc:  # safetensors reports a damaged file in many ways
             raise TraceError(f"{path.name} is not a readable safetensors routing trace ({exc})") from None

@@ -28,21 +28,23 @@ def cmd_list(_: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from mlcore.data.textset import source_splits
-    from mlcore.eval.perplexity import evaluate_sources
+    from mlcore.eval.cloze import ITEMS_PER_SOURCE
+    from mlcore.eval.heldout import prepare_heldout
+    from mlcore.eval.perplexity import EVAL_WINDOWS, expert_counts, usage_entropy
     from mlcore.zoo.lm import export, train
 
     torch.set_num_threads(args.threads)
     recipe = get_recipe(args.name)
     workdir = args.workdir or ROOT / "var" / "zoo" / recipe.name
     model, tokenizer = train(recipe, workdir)
-    metrics = evaluate_sources(model, tokenizer, source_splits(recipe.sources, "test"), length=recipe.context)
-    try:
-        from mlcore.eval.cloze import evaluate_cloze
-
-        metrics["cloze"] = evaluate_cloze(model, tokenizer, recipe.sources)
-    except ImportError:
-        pass
+    heldout = prepare_heldout(
+        tokenizer, recipe.sources, length=recipe.context, windows=EVAL_WINDOWS, cloze_items=ITEMS_PER_SOURCE
+    )
+    metrics = heldout.evaluate(model, tokenizer)
+    counts = expert_counts(model, torch.cat(list(heldout.windows.values())))
+    metrics["usage_entropy"] = [round(usage_entropy(layer), 4) for layer in counts]
+    metrics["expert_counts"] = counts
+    metrics["heldout_windows"] = {name: len(w) for name, w in heldout.windows.items()}
     print(json.dumps({k: v for k, v in metrics.items() if k != "expert_counts"}, indent=1))
     command = f"python -m mlcore.zoo train {recipe.name} --threads {args.threads}"
     target = export(

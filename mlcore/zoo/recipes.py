@@ -102,6 +102,9 @@ RECIPES: dict[str, LMRecipe] = {
             num_experts=32,
             top_k=4,
             expert_ffn=128,
+            # Fewer steps than moe-lm-tiny: it is the robustness study's second model, trained after it on
+            # the same shared CPU budget.
+            steps=800,
         ),
     )
 }

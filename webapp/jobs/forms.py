@@ -140,13 +140,20 @@ class SpecForm:
     """A kind's parameters as form fields, bound to a POST or pre-filled from values."""
 
     def __init__(
-        self, spec: JobSpec, *, data: QueryDict | None = None, initial: Mapping[str, Any] | None = None
+        self,
+        spec: JobSpec,
+        *,
+        data: QueryDict | None = None,
+        initial: Mapping[str, Any] | None = None,
+        with_files: bool = True,
     ) -> None:
+        """``with_files=False`` leaves out file inputs (a re-run copies the original job's files)."""
         self.spec = spec
         self.data = data
         self.non_field_errors: list[str] = []
-        values: Mapping[str, Any] = initial if initial is not None else {p.name: p.default for p in spec.params}
-        self.fields = [build_field(p, values.get(p.name)) for p in spec.params]
+        params = spec.params if with_files else spec.value_params
+        values: Mapping[str, Any] = initial if initial is not None else {p.name: p.default for p in params}
+        self.fields = [build_field(p, values.get(p.name)) for p in params]
         if data is not None:
             for view in self.fields:
                 view.value = self._posted(view)

@@ -111,11 +111,13 @@ def _live_context(request: HttpRequest, job: Job) -> dict[str, Any]:
 
 
 def _param_rows(job: Job) -> list[dict[str, Any]]:
+    """The job's parameters in the spec's order (the database does not keep key order)."""
     try:
         titles = {p.name: p.title for p in get_kind(job.kind).spec.params}
     except UnknownKind:
         titles = {}
-    return [{"name": name, "label": titles.get(name, name), "value": value} for name, value in job.params.items()]
+    names = [name for name in titles if name in job.params] + [name for name in job.params if name not in titles]
+    return [{"name": name, "label": titles.get(name, name), "value": job.params[name]} for name in names]
 
 
 @login_required
@@ -130,7 +132,11 @@ def detail(request: HttpRequest, job_id: str) -> HttpResponse:
 def live(request: HttpRequest, job_id: str) -> HttpResponse:
     """The polled part of the job page; without a trigger once the job is terminal, so polling stops."""
     job = selectors.job_for_user(request.user, job_id)
-    return render(request, "jobs/_live.html", _live_context(request, job))
+    response = render(request, "jobs/_live.html", _live_context(request, job))
+    if job.is_terminal:
+        # The results panel refreshes at once, so the last chart points and files show with the final state.
+        response["HX-Trigger"] = "job-finished"
+    return response
 
 
 @login_required
@@ -161,13 +167,10 @@ def rerun(request: HttpRequest, job_id: str) -> HttpResponse:
     job = selectors.job_for_user(request.user, job_id, write=True)
     spec = _kind_or_404(job.kind).spec
     changed = services.job_changed_params(job)
-    value_params = {p.name for p in spec.value_params}
-    form = SpecForm(spec, initial={k: v for k, v in job.params.items() if k in value_params})
-    form.fields = [view for view in form.fields if view.widget != "file"]  # inputs are copied from the original
+    form = SpecForm(spec, initial=job.params, with_files=False)
     status = 200
     if request.method == "POST":
-        form = SpecForm(spec, data=request.POST)
-        form.fields = [view for view in form.fields if view.widget != "file"]
+        form = SpecForm(spec, data=request.POST, with_files=False)
         try:
             clone = services.job_rerun(job=job, user=request.user, raw_params=form.raw_params())
         except services.SubmitError as exc:

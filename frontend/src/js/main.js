@@ -33,6 +33,16 @@ function enhance(root) {
   enhanceCharts(root).catch((error) => console.error("moelab: chart failed", error));
 }
 
+// A polled fragment that comes back as the login page means the session ended: go there
+// instead of drawing a login form inside the jobs table.
+document.addEventListener("htmx:beforeSwap", (event) => {
+  const url = new URL(event.detail.xhr.responseURL || location.href, location.href);
+  if (url.pathname === "/login/") {
+    event.detail.shouldSwap = false;
+    location.assign(url.pathname + url.search);
+  }
+});
+
 // A later module (e.g. the point-cloud viewer) registers its renderer through this object.
 window.moelab = { registerRenderer, enhance };
 

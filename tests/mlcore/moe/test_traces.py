@@ -245,3 +245,28 @@ def test_a_hugging_face_model_is_recorded_through_the_adapter(tmp_path):
     assert all(s >= 1 for s in trace.metadata.shared_experts)
     assert trace.router_logits[0].shape == (12, trace.metadata.num_experts[0])
     assert RoutingTrace.load(trace.save(tmp_path / "hf.safetensors")).metadata == trace.metadata
+
+
+def test_observers_are_removed_even_when_the_forward_fails():
+    model = two_layer_model()
+    with pytest.raises(ValueError, match="inputs of width 8"), record_routing(model):
+        model(torch.randn(3, 5))
+    assert model[0].observers == [] and model[2].observers == []
+
+
+def test_a_mask_that_does_not_cover_the_batch_is_refused():
+    model = two_layer_model()
+    with (
+        pytest.raises(ValueError, match="saw 8 tokens but the attention mask covers 6"),
+        record_routing(model) as recorder,
+        recorder.batch(torch.ones(2, 3)),
+    ):
+        model(torch.randn(2, 4, 8))
+
+
+def test_recording_does_not_change_the_output():
+    model = two_layer_model()
+    x = torch.randn(2, 4, 8)
+    plain = model(x)
+    with record_routing(model, logits=True):
+        assert torch.equal(model(x), plain)

@@ -47,7 +47,9 @@ def record_run(job: Job, *, status: str = Job.Status.SUCCEEDED, error: str = "",
     job.provenance = provenance.collect(seed=job.params.get("seed"), device="cpu", inputs={})
     job.save()
     for item in ctx.artifacts.values():
-        artifact = storage.store_artifact(job=job, name=item.name, path=item.path, media_type=item.media_type, attempt=1)
+        artifact = storage.store_artifact(
+            job=job, name=item.name, path=item.path, media_type=item.media_type, attempt=1
+        )
         if status != Job.Status.SUCCEEDED:
             artifact.unfinished = True
             artifact.save(update_fields=["unfinished"])

@@ -10,14 +10,8 @@ from django.core import mail
 from django.test import Client
 
 from tests.webapp.conftest import PASSWORD
+from tests.webapp.views.helpers import post
 from webapp.accounts.models import Membership, Role, Team
-
-CSRF = "s" * 32
-
-
-def post(client: Client, url: str, data: dict[str, str]):
-    client.cookies["csrftoken"] = CSRF
-    return client.post(url, data, HTTP_X_CSRFTOKEN=CSRF)
 
 
 def test_signing_up_makes_an_account_with_a_team_of_its_own(db: None) -> None:

@@ -8,15 +8,9 @@ from collections.abc import Callable
 from django.contrib.auth.models import User
 from django.test import Client
 
+from tests.webapp.views.helpers import post
 from webapp.accounts.models import ApiToken
 from webapp.accounts.services import user_for_api_token
-
-CSRF = "t" * 32
-
-
-def post(client: Client, url: str, data: dict[str, str]):
-    client.cookies["csrftoken"] = CSRF
-    return client.post(url, data, HTTP_X_CSRFTOKEN=CSRF)
 
 
 def test_a_token_is_shown_once_listed_by_prefix_and_revoked(member: User, csrf_client: Callable[..., Client]) -> None:
@@ -32,9 +26,7 @@ def test_a_token_is_shown_once_listed_by_prefix_and_revoked(member: User, csrf_c
     assert "revoked" in client.get("/account/tokens/").content.decode()
 
 
-def test_someone_elses_token_cannot_be_revoked(
-    member: User, owner: User, csrf_client: Callable[..., Client]
-) -> None:
+def test_someone_elses_token_cannot_be_revoked(member: User, owner: User, csrf_client: Callable[..., Client]) -> None:
     post(csrf_client(owner), "/account/tokens/", {"name": "owner's"})
     token = ApiToken.objects.get(user=owner)
     assert post(csrf_client(member), f"/account/tokens/{token.pk}/revoke/", {}).status_code == 404

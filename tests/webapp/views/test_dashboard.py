@@ -100,7 +100,9 @@ def test_worker_health_lists_the_workers_that_are_up(owner: User, csrf_client: C
     from webapp.jobs.models import WorkerStatus
 
     now = timezone.now()
-    WorkerStatus.objects.create(hostname="gpu-1@box", queues=["gpu"], device="cuda (H100)", started_at=now, last_seen=now)
+    WorkerStatus.objects.create(
+        hostname="gpu-1@box", queues=["gpu"], device="cuda (H100)", started_at=now, last_seen=now
+    )
     old = now - timezone.timedelta(minutes=10)
     WorkerStatus.objects.create(hostname="cpu-9@gone", queues=["cpu"], device="cpu", started_at=old, last_seen=old)
     html = csrf_client(owner).get("/t/routing-lab/workers/").content.decode()
@@ -111,3 +113,8 @@ def test_worker_health_lists_the_workers_that_are_up(owner: User, csrf_client: C
 def test_home_sends_people_to_their_team_or_to_log_in(owner: User, csrf_client: Callable[..., Client]) -> None:
     assert csrf_client(owner).get("/")["Location"] == URL
     assert csrf_client(None).get("/")["Location"] == "/login/"
+
+
+def test_viewers_are_not_offered_a_new_job_link(viewer: User, member: User, csrf_client: Callable[..., Client]) -> None:
+    assert "/t/routing-lab/submit/" not in csrf_client(viewer).get(URL).content.decode()
+    assert 'href="/t/routing-lab/submit/"' in csrf_client(member).get(URL).content.decode()

@@ -8,18 +8,8 @@ from collections.abc import Callable
 from django.contrib.auth.models import User
 from django.test import Client
 
+from tests.webapp.views.helpers import post
 from webapp.jobs.models import Job
-
-CSRF = "c" * 32
-
-
-def poster(client: Client) -> Client:
-    client.cookies["csrftoken"] = CSRF
-    return client
-
-
-def post(client: Client, url: str, data: dict[str, str] | None = None):
-    return poster(client).post(url, data or {}, HTTP_X_CSRFTOKEN=CSRF)
 
 
 def test_cancel_stops_a_queued_job_at_once(

@@ -29,7 +29,7 @@ def test_it_shows_parameters_metrics_log_and_provenance(
     assert re.search(r'data-param="steps">4<', html) and re.search(r'data-param="seed">11<', html)
     assert re.search(r'data-metric="final_loss">0.25<', html)
     assert "step 3: loss 0.2500" in html
-    assert "cpu-1@testhost" in html and 'data-provenance' in html
+    assert "cpu-1@testhost" in html and "data-provenance" in html
     assert 'data-terminal="true"' in html and "pill-succeeded" in html
 
 
@@ -110,10 +110,12 @@ def test_the_live_fragment_polls_until_the_job_is_terminal(
 ) -> None:
     job = make_job(Job.Status.RUNNING)
     client = csrf_client(owner)
-    assert 'hx-trigger="every 2s' in client.get(f"/jobs/{job.id}/live/").content.decode()
+    running = client.get(f"/jobs/{job.id}/live/")
+    assert 'hx-trigger="every 2s' in running.content.decode() and "HX-Trigger" not in running
     record_run(job)
-    live = client.get(f"/jobs/{job.id}/live/").content.decode()
-    assert "hx-trigger" not in live and 'data-status="succeeded"' in live
+    finished = client.get(f"/jobs/{job.id}/live/")
+    assert "hx-trigger" not in finished.content.decode() and 'data-status="succeeded"' in finished.content.decode()
+    assert finished["HX-Trigger"] == "job-finished"  # the results panel then fetches its final state
 
 
 def test_the_results_fragment_answers_no_content_while_nothing_changed(
@@ -147,3 +149,14 @@ def test_a_rerun_page_says_which_parameters_changed_when_the_kind_changed(
     assert services.job_changed_params(job) == ["retired"]
     html = csrf_client(owner).get(f"/jobs/{job.id}/rerun/").content.decode()
     assert "data-changed-params" in html and "<code>retired</code>" in html and "v0 → v1" in html
+
+
+def test_a_job_whose_kind_was_removed_still_has_a_page(
+    owner: User, csrf_client: Callable[..., Client], make_job: Callable[..., Job]
+) -> None:
+    job = make_job(Job.Status.SUCCEEDED, steps=2)
+    Job.objects.filter(pk=job.pk).update(kind="retired-kind")
+    client = csrf_client(owner)
+    html = page(client, job)
+    assert "retired-kind" in html and re.search(r'data-param="steps">2<', html)
+    assert client.get(f"/jobs/{job.id}/rerun/").status_code == 404

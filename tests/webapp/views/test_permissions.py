@@ -5,7 +5,6 @@ anonymous people are sent to the login page. Every POST carries a valid CSRF tok
 from __future__ import annotations
 
 import re
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,10 +13,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from tests.webapp.views.helpers import post
 from webapp.accounts.models import Team
 from webapp.jobs.models import Job
 
-CSRF = "k" * 32
 ROLES = ("owner", "member", "viewer", "outsider", "anonymous")
 
 
@@ -93,7 +92,6 @@ def client_as(user: User | None) -> Client:
     client = Client(enforce_csrf_checks=True)
     if user is not None:
         client.force_login(user)
-    client.cookies["csrftoken"] = CSRF
     return client
 
 
@@ -103,10 +101,7 @@ def test_each_role_gets_what_its_role_allows(case: Case, role: str, world: Calla
     w = world(case.job_status)
     client = client_as(None if role == "anonymous" else w[role])
     url = case.url(w)
-    if case.method == "post":
-        response = client.post(url, case.data, HTTP_X_CSRFTOKEN=CSRF)
-    else:
-        response = client.get(url)
+    response = post(client, url, case.data) if case.method == "post" else client.get(url)
     assert response.status_code == case.expected[role], f"{role} {case.method.upper()} {url}"
     if role == "anonymous":
         assert response["Location"].startswith("/login/")

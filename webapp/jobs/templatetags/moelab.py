@@ -10,6 +10,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from webapp.accounts.models import Membership, Role
 from webapp.accounts.selectors import teams_for_user
 from webapp.jobs.models import Job
 
@@ -80,3 +81,13 @@ def team_switcher(context: template.Context) -> dict[str, Any]:
 @register.filter
 def get_item(mapping: dict[str, Any], key: str) -> Any:
     return mapping.get(key)
+
+
+@register.simple_tag(takes_context=True)
+def can_write(context: template.Context, team: Any) -> bool:
+    """Whether the person may submit in ``team`` (owners and members), for showing write links."""
+    membership = context.get("membership")
+    if membership is not None and getattr(membership, "team_id", None) == getattr(team, "pk", None):
+        return bool(membership.can_write)
+    user = context["request"].user
+    return Membership.objects.filter(team=team, user=user, role__in=(Role.OWNER, Role.MEMBER)).exists()
