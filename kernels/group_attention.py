@@ -47,7 +47,7 @@ class GroupSort:
     """Per sequence, the tokens stable-sorted by group: `perm[b, s]` is the original position of sorted row s."""
 
     def __init__(self, group_ids: torch.Tensor) -> None:
-        B, N = group_ids.shape
+        B = group_ids.shape[0]
         ids = group_ids.long()
         self.num_groups = int(ids.max()) + 1 if ids.numel() else 0
         self.perm = torch.argsort(ids, dim=1, stable=True)
@@ -79,11 +79,12 @@ def group_attention_torch(
     for b in range(q.shape[0]):
         perm = sort.perm[b]
         sizes = sort.counts[b].tolist()
-        qs, ks, vs = (t[b].index_select(1, perm) for t in (q, k, v))
+        # Segments stay 4-D [1, heads, n, d]: SDPA's CPU flash path takes 4-D inputs only (3-D is ~3x slower).
+        qs, ks, vs = (t[b : b + 1].index_select(2, perm) for t in (q, k, v))
         positions = perm.split(sizes)
         segments = []
         # torch.split's backward concatenates, so gradients never pay for full-size zero tensors per segment.
-        for qg, kg, vg, pos in zip(qs.split(sizes, 1), ks.split(sizes, 1), vs.split(sizes, 1), positions):
+        for qg, kg, vg, pos in zip(qs.split(sizes, 2), ks.split(sizes, 2), vs.split(sizes, 2), positions):
             if pos.numel() == 0:
                 continue
             if window is None:
@@ -91,11 +92,11 @@ def group_attention_torch(
             else:
                 mask = _segment_mask(pos, causal, window)
                 segments.append(F.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, scale=scale))
-        sorted_out = torch.cat(segments, dim=1) if segments else qs
+        sorted_out = torch.cat(segments, dim=2) if segments else qs
         inverse = torch.empty_like(perm)
         inverse[perm] = torch.arange(perm.numel(), device=perm.device)
-        outputs.append(sorted_out.index_select(1, inverse))
-    return torch.stack(outputs) if outputs else q.clone()
+        outputs.append(sorted_out.index_select(2, inverse))
+    return torch.cat(outputs) if outputs else q.clone()
 
 
 def group_attention_reference(
@@ -164,9 +165,9 @@ if triton_available():
         blk = tl.program_id(0)
         h = tl.program_id(1).to(tl.int64)
         b = tl.load(blk_batch_ptr + blk).to(tl.int64)
-        q0 = tl.load(blk_q_start_ptr + blk)
-        s0 = tl.load(blk_seg_start_ptr + blk)
-        s1 = tl.load(blk_seg_end_ptr + blk)
+        q0 = tl.load(blk_q_start_ptr + blk).to(tl.int32)
+        s0 = tl.load(blk_seg_start_ptr + blk).to(tl.int32)
+        s1 = tl.load(blk_seg_end_ptr + blk).to(tl.int32)
 
         rows = q0 + tl.arange(0, BLOCK_M)
         m_ok = rows < s1
@@ -183,7 +184,9 @@ if triton_available():
         l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
         # Sorted order preserves original order inside a segment, so causal keys end at this block's last row.
-        kv_end = tl.minimum(s1, q0 + BLOCK_M) if CAUSAL else s1
+        kv_end = s1
+        if CAUSAL:
+            kv_end = tl.minimum(s1, q0 + BLOCK_M)
         for n0 in range(s0, kv_end, BLOCK_N):
             cols = n0 + tl.arange(0, BLOCK_N)
             n_ok = cols < kv_end
@@ -251,7 +254,7 @@ def group_attention_triton_forward(
         raise RuntimeError("the group attention kernel needs triton; pip install triton or set MOELAB_KERNELS=torch")
     if interpreter_on() and q.dtype != torch.float32:
         raise ValueError(f"the Triton interpreter runs fp32 only, got {q.dtype}; cast to float32 on CPU")
-    B, heads, N, D = q.shape
+    _, heads, N, D = q.shape
     out = torch.empty_like(q)
     if q.numel() == 0:
         return out

@@ -121,6 +121,7 @@ USE_TZ = True
 # -- static files and storage --------------------------------------------------------------------
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on every request when it is missing
 STATICFILES_DIRS = [p for p in [BASE_DIR / "webapp" / "static"] if p.is_dir()]
 MEDIA_ROOT = Path(env_str("MOELAB_MEDIA_ROOT", str(VAR_DIR / "media")))
 MEDIA_URL = "/media/"
@@ -173,8 +174,11 @@ else:
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = False  # early ack: a long job is never redelivered after the visibility timeout
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_WORKER_DISABLE_PREFETCH = CELERY_BROKER_URL.startswith("redis")
-CELERY_WORKER_MAX_TASKS_PER_CHILD = env_int("MOELAB_MAX_TASKS_PER_CHILD", 1)
+CELERY_WORKER_DISABLE_PREFETCH = CELERY_BROKER_URL.startswith("redis") and env_bool("MOELAB_DISABLE_PREFETCH", True)
+# GPU workers take a fresh child per job (`--max-tasks-per-child 1` in docker-compose.yml) to keep
+# GPU memory clean. Replacing a child costs up to ~5 s of dispatch latency (bench/results/platform.md),
+# so CPU workers and `make run` reuse children unless MOELAB_MAX_TASKS_PER_CHILD says otherwise.
+CELERY_WORKER_MAX_TASKS_PER_CHILD = env_int("MOELAB_MAX_TASKS_PER_CHILD", 0) or None
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

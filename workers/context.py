@@ -12,6 +12,7 @@ import collections
 import logging
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,9 @@ from webapp.jobs.models import Job
 log = logging.getLogger(__name__)
 
 TAIL_LINES = 200
+#: The full log goes to storage this often while a job runs (and once at the end): object stores
+#: cannot append, so each upload rewrites the file.
+LOG_UPLOAD_SECONDS = 15.0
 
 
 class DatabaseContext(JobContext):
@@ -49,12 +53,16 @@ class DatabaseContext(JobContext):
         self._thread.start()
 
     def _pulse(self) -> None:
+        last_upload = time.monotonic()
         try:
             while not self._stop.wait(self.pulse_seconds):
                 try:
                     self.flush()
                     if Job.objects.filter(pk=self.job.pk, cancel_requested=True).exists():
                         self._cancel.set()
+                    if time.monotonic() - last_upload > LOG_UPLOAD_SECONDS:
+                        self.upload_log()
+                        last_upload = time.monotonic()
                 except Exception:  # a database blip must not kill liveness for good
                     log.exception("job %s: pulse failed", self.job.pk)
                     close_old_connections()
@@ -118,13 +126,21 @@ class DatabaseContext(JobContext):
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
+    def upload_log(self) -> None:
+        with self._state_lock:
+            if not self._log_dirty:
+                return
+            self._log.flush()
+            self._log_dirty = False
+        storage.write_log(self.job.pk, self._log_file.read_text(encoding="utf-8"))
+
     def close(self) -> None:
         """Final flush of throttled state and of the full log to storage."""
         self.stop()
         self.flush()
         with self._state_lock:
-            self._log.flush()
-        storage.write_log(self.job.pk, self._log_file.read_text(encoding="utf-8"))
+            self._log_dirty = True  # always leave a log file, even an empty one
+        self.upload_log()
 
     def discard(self) -> None:
         self._log.close()

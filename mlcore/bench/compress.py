@@ -226,11 +226,8 @@ def _prepare_model(item: Any, spec: Tier) -> dict[str, Any]:
 
 
 def run(tier: str, results: Path) -> None:
-    import torch
-
     from mlcore.zoo.registry import MODELS
 
-    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     spec = TIERS[tier]
     cache = CACHE if tier == "full" else None
     if cache is not None:

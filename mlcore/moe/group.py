@@ -1,6 +1,6 @@
 """MoGA's token router: each token joins one of M groups, attention runs within groups.
 
-MoGA, arXiv 2510.18692 (ICLR 2026), §3: r = W_r·x ∈ ℝ^M, p = softmax(r), g(x) = argmax_i p_i
+MoGA, arXiv 2510.18692 (ICLR 2026), the token router: r = W_r·x ∈ ℝ^M, p = softmax(r), g(x) = argmax_i p_i
 (top-1, one assignment per token shared by all heads); the attention output is scaled by the
 routing probability, MoGA(x) = p_{g(x)}(x)·Attn(q, K_{g(x)}, V_{g(x)}), which is how the router
 gets gradient (besides the group balance loss, :func:`mlcore.moe.losses.group_balance_loss`).

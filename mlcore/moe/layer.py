@@ -3,7 +3,7 @@ experts, dropless token-choice dispatch.
 
     y(x) = Σ_{e ∈ T(x)} g_e(x)·E_e(x) + Σ_{s} S_s(x)
 
-(Shazeer et al. 2017, eq. 1; shared experts as in DeepSeekMoE, Dai et al. 2024, eq. 9), with each
+(Shazeer et al. 2017, eq. 1; shared-expert isolation as in DeepSeekMoE, Dai et al. 2024), with each
 expert E_e(x) = W_down[e]·φ(W_gate_up[e]·x), φ(u) = act(u_gate) ⊙ u_up for gated experts
 (SwiGLU: act = SiLU; GEGLU; ReGLU) or act(u) for plain MLPs.
 

@@ -5,8 +5,8 @@ returns an unweighted scalar; the caller multiplies by its coefficient.
   L = E·Σ_i f_i·P_i, f_i the fraction of routed (token, slot) pairs sent to expert i and P_i the
   mean router probability of expert i. Equals 1 when routing is uniform.
 - :func:`router_z_loss` — Zoph et al. 2022 (ST-MoE), eq. 5: L_z = mean_x (log Σ_j e^{u_j(x)})².
-- :func:`routing_contrastive_loss` — ProMoE §3.3 (RCL).
-- :func:`group_balance_loss` — MoGA §3, L = α·M·Σ_i F_i·P_i, in both readings of P_i.
+- :func:`routing_contrastive_loss` — ProMoE's routing contrastive loss (RCL).
+- :func:`group_balance_loss` — MoGA's group balance loss, L = α·M·Σ_i F_i·P_i, in both readings of P_i.
 """
 
 from __future__ import annotations

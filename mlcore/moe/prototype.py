@@ -1,7 +1,7 @@
 """ProMoE's two-step router for diffusion transformers: conditional, then prototypical routing.
 
-ProMoE, arXiv 2510.24711 (ICLR 2026), §3.2; layout E14A1S1U1 = routed experts, top-1, one shared
-expert (see :class:`~mlcore.moe.layer.MoELayer`'s ``num_shared_experts``), one unconditional expert.
+ProMoE, arXiv 2510.24711 (ICLR 2026). Layout E14A1S1U1 = routed experts, top-1, one shared expert
+(see :class:`~mlcore.moe.layer.MoELayer`'s ``num_shared_experts``), one unconditional expert.
 
 1. **Conditional routing.** Tokens of samples whose condition was dropped for classifier-free
    guidance (``null_mask``) go to the reserved unconditional expert, index N_E (the last one),

@@ -1,7 +1,7 @@
 """LD-MoLE's learnable dynamic router: sparsemax of u/(1−λ) with λ predicted per token.
 
 Zhuang et al., "LD-MoLE: Learnable Dynamic Routing for Mixture of LoRA Experts" (ICLR 2026),
-§3 (routing) and §3.3 (sparsity control); sparsemax from Martins & Astudillo 2016, Alg. 1.
+the routing weights and the analytical sparsity control; sparsemax from Martins & Astudillo 2016, Alg. 1.
 
 - Router logits u = W_g·x (one gate per layer).
 - λ(x) = 0.99 + log σ(f(x)) < 0.99, with f one MLP shared by every layer (one input head per
@@ -70,7 +70,7 @@ def sparsity_loss(u: Tensor, lam: Tensor, k: int = 2) -> Tensor:
 
 class LambdaNet(nn.Module):
     """f in λ(x) = 0.99 + log σ(f(x)): one MLP shared by every layer and projection, with one input
-    head per input width (LD-MoLE §3.2). Hidden size 256 by default; output bias starts at −2.5,
+    head per input width (LD-MoLE's λ predictor). Hidden size 256 by default; output bias starts at −2.5,
     so λ starts near 0.99 + log σ(−2.5) ≈ 0.91 and routing starts sparse."""
 
     def __init__(

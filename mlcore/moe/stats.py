@@ -1,10 +1,11 @@
 """Per-expert output statistics in one streaming pass, with exactly merged moments.
 
-For layer ℓ, expert i, calibration tokens X and R_i = {x ∈ X : i ∈ T(x)} (MoNE, arXiv 2507.00390, §3):
+MoNE (arXiv 2507.00390) scores experts from these. For layer ℓ, expert i, calibration tokens X
+and R_i = {x ∈ X : i ∈ T(x)}:
 
-- count |R_i| and gate-weighted frequency φ_freq,i = (1/|X|)·Σ_{x∈R_i} g_i(x)            (MoNE eq. 4)
+- count |R_i| and gate-weighted frequency φ_freq,i = (1/|X|)·Σ_{x∈R_i} g_i(x)  (frequency score)
 - mean output μ_i = (1/|R_i|)·Σ_{x∈R_i} E_i(x) ∈ ℝ^d — a pruned expert's "novice"
-- unbiased per-dimension variance σ²_i = Σ_{x∈R_i} (E_i(x) − μ_i)² / (|R_i| − 1); φ_var,i = ‖σ_i‖₂ (eq. 3)
+- unbiased per-dimension variance σ²_i = Σ_{x∈R_i} (E_i(x) − μ_i)² / (|R_i| − 1); φ_var,i = ‖σ_i‖₂ (variance score)
 - mean output norm (1/|R_i|)·Σ_{x∈R_i} ‖E_i(x)‖₂ (EAN / REAP baselines)
 
 Every batch is reduced to (n, mean, M2) in float64 and merged with Chan, Golub & LeVeque's update
@@ -117,11 +118,11 @@ class ExpertStatistics:
         )
 
     def std_norm(self) -> Tensor:
-        """[L, E] φ_var = ‖σ‖₂ = √(Σ_d σ²_d) (MoNE eq. 3)."""
+        """[L, E] φ_var = ‖σ‖₂ = √(Σ_d σ²_d) (MoNE's variance score)."""
         return self.variance().sum(dim=-1).sqrt()
 
     def gate_weighted_frequency(self) -> Tensor:
-        """[L, E] φ_freq = (1/|X|)·Σ_{x∈R_i} g_i(x) (MoNE eq. 4)."""
+        """[L, E] φ_freq = (1/|X|)·Σ_{x∈R_i} g_i(x) (MoNE's frequency score)."""
         if bool((self.tokens == 0).any()):
             raise ValueError("no tokens were counted for some layer; call count_tokens(layer, n) for every batch")
         return self.gate_sum / self.tokens.to(f64).unsqueeze(-1)

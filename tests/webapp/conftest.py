@@ -15,6 +15,12 @@ PASSWORD = "a-long-test-password-1"
 
 
 @pytest.fixture(autouse=True)
+def fast_passwords(settings) -> None:
+    """PBKDF2 costs half a second a user; tests create several per test."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
 def media_in_tmp(settings, tmp_path) -> None:
     """Uploads and artifacts of a test go to its own folder, never to the project's ``var/``."""
     settings.STORAGES = {

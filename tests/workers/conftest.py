@@ -11,8 +11,13 @@ import pytest
 import redis
 from celery import Celery
 from django.conf import settings
+from django.contrib.auth.models import User
 
+from tests.webapp.conftest import make_user
 from tests.workers.processes import WorkerProcess
+from webapp.accounts.models import Membership, Role, Team
+from webapp.jobs.models import Job
+from webapp.jobs.services import job_submit
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +38,22 @@ def empty_broker() -> Iterator[None]:
     client.flushdb()
     yield
     client.flushdb()
+
+
+@pytest.fixture
+def alice() -> User:
+    return make_user("alice")
+
+
+@pytest.fixture
+def team(alice: User) -> Team:
+    team = Team.objects.create(name="Queue Lab", slug="queue-lab")
+    Membership.objects.create(team=team, user=alice, role=Role.OWNER)
+    return team
+
+
+def submit(team: Team, user: User, **params: object) -> Job:
+    return job_submit(team=team, user=user, kind="test-exercise", raw_params=params)
 
 
 @pytest.fixture

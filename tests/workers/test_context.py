@@ -83,3 +83,14 @@ def test_it_does_not_overwrite_a_job_the_reaper_already_failed(running_job: Job)
     assert reap_stale_jobs(stale_seconds=60) == [str(running_job.pk)]
     assert not finish(running_job, Outcome("succeeded"))
     assert Job.objects.get(pk=running_job.pk).status == Job.Status.FAILED
+
+
+def test_it_uploads_the_full_log_while_the_job_runs(running_job: Job, tmp_path) -> None:
+    from webapp.jobs.storage import read_log
+
+    ctx = DatabaseContext(running_job, workdir=tmp_path, device="cpu", pulse_seconds=3600)
+    for step in range(300):
+        ctx.log(f"line {step}")
+    ctx.upload_log()
+    assert read_log(running_job).splitlines() == [f"line {i}" for i in range(300)]
+    ctx.discard()

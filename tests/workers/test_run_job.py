@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
 
-from tests.webapp.conftest import make_user
+from tests.workers.conftest import submit
 from tests.workers.processes import wait_for, wait_for_status
-from webapp.accounts.models import Membership, Role, Team
 from webapp.jobs.models import Job
-from webapp.jobs.services import job_cancel, job_submit
+from webapp.jobs.services import job_cancel
 from webapp.jobs.storage import read_log
 
 pytest_plugins = ["celery.contrib.pytest"]
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@pytest.fixture
-def alice() -> User:
-    return make_user("alice")
-
-
-@pytest.fixture
-def team(alice: User) -> Team:
-    team = Team.objects.create(name="Queue Lab", slug="queue-lab")
-    Membership.objects.create(team=team, user=alice, role=Role.OWNER)
-    return team
-
-
-def submit(team: Team, user: User, **params: object) -> Job:
-    return job_submit(team=team, user=user, kind="test-exercise", raw_params=params)
 
 
 def test_it_runs_a_job_to_success_through_every_ctx_channel(celery_worker, team, alice) -> None:

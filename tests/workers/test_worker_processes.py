@@ -3,33 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
 
 from mlcore.jobs.registry import get_kind
-from tests.webapp.conftest import make_user
+from tests.workers.conftest import submit
 from tests.workers.processes import wait_for, wait_for_status
-from webapp.accounts.models import Membership, Role, Team
 from webapp.celery import RUN_JOB, app
 from webapp.jobs.models import Job, WorkerStatus
-from webapp.jobs.services import job_submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@pytest.fixture
-def alice() -> User:
-    return make_user("alice")
-
-
-@pytest.fixture
-def team(alice: User) -> Team:
-    team = Team.objects.create(name="Queue Lab", slug="queue-lab")
-    Membership.objects.create(team=team, user=alice, role=Role.OWNER)
-    return team
-
-
-def submit(team: Team, user: User, **params: object) -> Job:
-    return job_submit(team=team, user=user, kind="test-exercise", raw_params=params)
 
 
 def test_it_records_a_timeout_when_the_soft_time_limit_passes(start_worker, team, alice) -> None:
@@ -60,3 +41,14 @@ def test_a_worker_killed_mid_job_is_reaped_and_the_next_job_runs_on_a_new_worker
 
     after = wait_for_status(submit(team, alice, steps=2), Job.Status.SUCCEEDED, timeout=60)
     assert after.worker.startswith("rescuer@")
+
+
+def test_it_fails_a_job_killed_at_its_hard_time_limit(start_worker, team, alice) -> None:
+    start_worker("hardlimit")
+    params = get_kind("test-exercise").spec.clean({"steps": 1000, "step_seconds": 0.05})
+    job = Job.objects.create(team=team, submitted_by=alice, kind="test-exercise", queue="cpu", params=params)
+    # No soft limit, so nothing inside the job notices: the pool kills the child at 2 s.
+    app.send_task(RUN_JOB, args=[str(job.pk)], queue="cpu", time_limit=2)
+    job = wait_for_status(job, Job.Status.FAILED)
+    assert job.error.startswith("Stopped: the job ran past its hard time limit")
+    assert 0 < job.progress < 0.5

@@ -1,0 +1,42 @@
+import json
+
+import pytest
+import torch
+
+from mlcore.hf import adapt, load_model
+from mlcore.jobs import JobError
+from mlcore.zoo.committed import CHECKPOINTS, committed
+from mlcore.zoo.lm import sha256_of
+from mlcore.zoo.registry import MODELS
+
+SIZE_LIMIT = 20 * 2**20
+
+
+@pytest.mark.parametrize("name", [item.name for item in MODELS])
+def test_a_committed_checkpoint_matches_its_manifest_and_loads(name):
+    folder = CHECKPOINTS / name
+    if not (folder / "manifest.json").exists():
+        pytest.skip(f"{name} is not committed yet: python -m mlcore.zoo train {name}")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert committed(name) == folder
+    for file, digest in manifest["files"].items():
+        assert sha256_of(folder / file) == digest
+    assert sum(p.stat().st_size for p in folder.iterdir()) < SIZE_LIMIT
+    model = load_model(folder)
+    adapter = adapt(model)
+    recipe = manifest["recipe"]
+    assert [info.num_experts for info in adapter.layers] == [recipe["num_experts"]] * recipe["num_layers"]
+    assert manifest["command"].startswith(f"python -m mlcore.zoo train {name}")
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[1, 2, 3, 4]])).logits
+    assert torch.isfinite(logits).all()
+
+
+def test_the_committed_checkpoints_stay_under_50_mb_together():
+    total = sum(p.stat().st_size for p in CHECKPOINTS.rglob("*") if p.is_file()) if CHECKPOINTS.exists() else 0
+    assert total < 50 * 2**20
+
+
+def test_a_missing_checkpoint_says_how_to_train_it():
+    with pytest.raises(JobError, match=r"python -m mlcore\.zoo train no-such-model"):
+        committed("no-such-model")
