@@ -17,6 +17,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -r requirements.lock
 	$(PIP) install --quiet --no-deps -e .
+	PIP=$(PIP) bash scripts/fetch-corpora.sh
 	touch $@
 
 lock:
