@@ -17,7 +17,7 @@ from kernels.timing import time_ms
 
 HEADS, HEAD_DIM = 2, 64
 TIERS: dict[str, dict[str, Any]] = {
-    "quick": {"cases": [(4096, 4), (4096, 8), (4096, 16), (16384, 8)], "repeats": 2},
+    "quick": {"cases": [(4096, 4), (4096, 8), (4096, 16), (16384, 8)], "repeats": 3},
     "full": {
         "cases": [(n, g) for n in (4096, 16384, 32768) for g in (4, 8, 16)],
         "repeats": 3,
@@ -31,14 +31,17 @@ def balanced_groups(n_tokens: int, n_groups: int, seed: int = 0) -> torch.Tensor
     return (shuffle % n_groups)[None]
 
 
-def measure(n_tokens: int, n_groups: int, repeats: int, seed: int = 0) -> dict[str, float]:
+def measure(
+    n_tokens: int, n_groups: int, repeats: int, seed: int = 0, sdpa_seconds: float | None = None
+) -> dict[str, float]:
+    """One row; pass `sdpa_seconds` to reuse full attention's time at this length (it does not depend on G)."""
     gen = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(1, HEADS, n_tokens, HEAD_DIM, generator=gen) for _ in range(3))
     groups = balanced_groups(n_tokens, n_groups, seed)
     sizes = torch.bincount(groups[0], minlength=n_groups).double()
     cpu = torch.device("cpu")
     with torch.no_grad():
-        full = time_ms(lambda: F.scaled_dot_product_attention(q, k, v), cpu, repeats) / 1e3
+        full = sdpa_seconds or time_ms(lambda: F.scaled_dot_product_attention(q, k, v), cpu, repeats) / 1e3
         grouped = time_ms(lambda: group_attention_torch(q, k, v, groups), cpu, repeats) / 1e3
     flop_fraction = float((sizes**2).sum() / n_tokens**2)
     return {
@@ -59,7 +62,11 @@ def group_attention_table(tier: str) -> tuple[str, dict]:
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {sorted(TIERS)}, got {tier!r}")
     settings = TIERS[tier]
-    rows = [measure(n, g, settings["repeats"]) for n, g in settings["cases"]]
+    rows: list[dict[str, float]] = []
+    sdpa_seconds: dict[int, float] = {}
+    for n, g in settings["cases"]:
+        rows.append(measure(n, g, settings["repeats"], sdpa_seconds=sdpa_seconds.get(n)))
+        sdpa_seconds[n] = rows[-1]["sdpa_s"]
     lines = [
         f"## Group attention (twin) vs full SDPA, CPU fp32, forward, 1×{HEADS} heads×{HEAD_DIM}",
         "",
