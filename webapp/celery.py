@@ -14,13 +14,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
 RUN_JOB = "workers.run_job"
 REAP = "workers.reap_stale_jobs"
+LIBRARY_INGEST = "workers.library_ingest"
 
 app = Celery("moelab", include=["workers.tasks"])
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # Each queue with its own exchange and routing key: with the defaults, all three would bind the
 # default exchange under one key and a message for one queue would land in all of them.
 app.conf.task_queues = [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES]
-app.conf.task_routes = {REAP: {"queue": "cpu"}}
+app.conf.task_routes = {REAP: {"queue": "cpu"}, LIBRARY_INGEST: {"queue": "cpu"}}
 
 
 def configure_beat() -> None:

@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "ninja",
     "webapp.accounts",
     "webapp.jobs",
+    "webapp.library",
     "webapp.dashboard",
 ]
 
@@ -188,6 +189,12 @@ HEARTBEAT_STALE_SECONDS = env_int("MOELAB_HEARTBEAT_STALE_SECONDS", 60)
 WORKER_UP_SECONDS = env_int("MOELAB_WORKER_UP_SECONDS", 30)
 #: Refuse a job whose ``estimate`` needs more memory than this (bytes; 0 = no check).
 WORKER_MEMORY_LIMIT = env_int("MOELAB_WORKER_MEMORY_BYTES", 0)
+
+# -- team library (uploads land in a local part file until complete; workers cache items by sha256) --
+LIBRARY_UPLOAD_DIR = Path(env_str("MOELAB_UPLOAD_DIR", str(VAR_DIR / "uploads")))
+LIBRARY_MAX_BYTES = env_int("MOELAB_LIBRARY_MAX_BYTES", 64 * 2**30)
+LIBRARY_CACHE_DIR = Path(env_str("MOELAB_LIBRARY_CACHE", str(VAR_DIR / "library-cache")))
+LIBRARY_CACHE_BYTES = env_int("MOELAB_LIBRARY_CACHE_BYTES", 20 * 2**30)
 
 # -- production hardening --------------------------------------------------------------------------
 if not DEBUG:

@@ -12,5 +12,6 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("", include("webapp.accounts.urls")),
     path("", include("webapp.jobs.urls")),
+    path("", include("webapp.library.urls")),
     path("", include("webapp.dashboard.urls")),
 ]

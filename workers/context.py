@@ -20,6 +20,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from mlcore.jobs.context import Artifact, JobContext, Registration
+from mlcore.jobs.spec import JobError
 from webapp.jobs import storage
 from webapp.jobs.models import Job
 
@@ -120,8 +121,17 @@ class DatabaseContext(JobContext):
         )
 
     def _on_register(self, item: Registration) -> None:
-        # The team library arrives later; until then the offer is kept in the job's provenance.
-        self.log(f"offered {item.path.name} to the team library as a {item.kind}")
+        from webapp.library.ingest import register_output
+
+        try:
+            entry = register_output(job=self.job, kind=item.kind, path=item.path, card=item.card)
+        except JobError as exc:  # a refused output is the kind's problem, not a reason to fail the run
+            self.log(f"the team library refused {item.path.name}: {exc}")
+            return
+        if entry.status == entry.Status.READY:
+            self.log(f"added {item.path.name} to the team library as {entry.reference} ({item.kind})")
+        else:
+            self.log(f"the team library refused {item.path.name}: {entry.error}")
 
     def cancelled(self) -> bool:
         return self._cancel.is_set()

@@ -76,7 +76,7 @@ def _execute(job: Job, ctx: DatabaseContext) -> Outcome:
                 kind,
                 job.params,
                 files,
-                resolver=PlatformResolver(),
+                resolver=PlatformResolver(team=job.team_id),
                 workdir=ctx.workdir,
                 memory_limit=settings.WORKER_MEMORY_LIMIT or None,
             )

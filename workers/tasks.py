@@ -8,7 +8,7 @@ from typing import Any
 
 from celery import signals
 
-from webapp.celery import REAP, RUN_JOB, app
+from webapp.celery import LIBRARY_INGEST, REAP, RUN_JOB, app
 
 log = logging.getLogger(__name__)
 _status_beat: Any = None
@@ -29,6 +29,14 @@ def reap_stale_jobs() -> list[str]:
     if reaped:
         log.warning("reaped %d job(s) with stale heartbeats: %s", len(reaped), ", ".join(reaped))
     return reaped
+
+
+@app.task(name=LIBRARY_INGEST, ignore_result=True)
+def library_ingest(item_id: int) -> str:
+    """Validate an uploaded, promoted or registered library item before jobs may use it."""
+    from webapp.library.ingest import ingest_item
+
+    return ingest_item(item_id)
 
 
 @signals.worker_ready.connect

@@ -8,4 +8,6 @@ measured in the same run, because these machines are noisy.
 BENCHMARKS: dict[str, str] = {
     "core": "mlcore.bench.core",
     "compress": "mlcore.bench.compress",
+    "analysis": "mlcore.bench.analysis",
+    "el": "mlcore.bench.el",
 }

@@ -46,8 +46,8 @@ TIERS = {
         ("shakespeare", "stdlib-source"),
         (16, 64, 256),
         (0, 1, 2),
-        192,
-        100,
+        128,
+        60,
     ),
 }
 
@@ -66,17 +66,41 @@ def calibration_windows(tokenizer: Any, source: str, samples: int, seed: int, le
     return pool[order[:samples]]
 
 
-def _key(model: str, source: str, samples: int, seed: int, method: str, ratio: float) -> str:
-    return f"{model}_{source}_{samples}_{seed}_{method}_{ratio:g}"
+def _key(model: str, source: str, samples: int, seed: int, method: str, ratio: float, tier: Tier) -> str:
+    # The evaluation size is part of the key: rows scored on different held-out sets never mix.
+    return f"{model}_{source}_{samples}_{seed}_{method}_{ratio:g}_ev{tier.eval_windows}-{tier.cloze_items}"
+
+
+def group_order(spec: Tier, models: list[str]) -> list[tuple[str, str, int, int]]:
+    """(model, source, samples, seed) groups, one-factor-at-a-time variations of the base setting
+    (first source, middle sample count, first seed) first, then the rest of the grid: a study cut
+    short by its time budget still varies every dimension."""
+    base_samples = spec.samples[len(spec.samples) // 2]
+
+    def distance(group: tuple[str, str, int, int]) -> tuple[int, int]:
+        _, source, samples, seed = group
+        return ((source != spec.sources[0]) + (samples != base_samples) + (seed != spec.seeds[0]), seed)
+
+    grid = [(m, so, sa, se) for m in models for so in spec.sources for sa in spec.samples for se in spec.seeds]
+    return sorted(grid, key=distance)
 
 
 def _run_group(
-    model_name: str, source: str, samples: int, seed: int, tier: Tier, cache: Path | None, state: dict[str, Any]
+    model_name: str,
+    source: str,
+    samples: int,
+    seed: int,
+    tier: Tier,
+    cache: Path | None,
+    state: dict[str, Any],
+    *,
+    compute: bool = True,
 ) -> list[dict[str, Any]]:
-    """Every method × ratio for one calibration; cached rows are read back, missing ones computed."""
+    """Every method × ratio for one calibration; cached rows are read back, missing ones computed
+    (unless ``compute`` is off: the time budget is spent)."""
     from mlcore.compress.calibrate import calibrate
     from mlcore.compress.methods import NEEDS_LAYER_INPUTS, compressed_copy, make_plan
-    from mlcore.compress.naee import MAX_SUBSETS
+    from mlcore.compress.naee import CALIBRATION_ROWS, MAX_SUBSETS
     from mlcore.compress.plan import experts_to_keep
     from mlcore.hf import adapt
 
@@ -86,19 +110,19 @@ def _run_group(
     rows, todo = [], []
     for ratio in tier.ratios:
         for method in METHOD_ORDER:
-            key = _key(model_name, source, samples, seed, method, ratio)
+            key = _key(model_name, source, samples, seed, method, ratio, tier)
             path = cache / f"{key}.json" if cache else None
             if path is not None and path.exists():
                 rows.append(json.loads(path.read_text()))
             else:
                 todo.append((ratio, method, path))
-    if not todo:
+    if not todo or not compute:
         return rows
     import math
 
     windows = calibration_windows(tokenizer, source, samples, seed)
     started = time.perf_counter()
-    calibration = calibrate(adapter, windows, batch_size=32, keep_inputs=2048, seed=seed)
+    calibration = calibrate(adapter, windows, batch_size=32, keep_inputs=CALIBRATION_ROWS, seed=seed)
     calibration_seconds = time.perf_counter() - started
     for ratio, method, path in todo:
         keep = experts_to_keep(num_experts, top_k, ratio=ratio)
@@ -147,8 +171,9 @@ def summarise(rows: list[dict[str, Any]], ratios: tuple[float, ...]) -> dict[str
                 groups: dict[Any, list[float]] = {}
                 for r in mine:
                     groups.setdefault(r[dimension], []).append(r["delta_ppl_pct"])
-                means = [statistics.fmean(v) for v in groups.values()]
-                entry[f"spread_{dimension}"] = max(means) - min(means) if len(means) > 1 else 0.0
+                means = {value: statistics.fmean(v) for value, v in groups.items()}
+                entry[f"by_{dimension}"] = means
+                entry[f"spread_{dimension}"] = max(means.values()) - min(means.values()) if len(means) > 1 else 0.0
             per_method[method] = entry
         summary[f"{ratio:g}"] = per_method
     return summary
@@ -158,7 +183,7 @@ def _markdown(tier_name: str, tier: Tier, summary: dict[str, Any], bases: dict[s
     lines = [
         "# Expert pruning robustness (MoNE and baselines)",
         "",
-        f"Tier **{tier_name}**: models {', '.join(tier.models)}; ratios {', '.join(f'{r:g}' for r in tier.ratios)}; "
+        f"Tier **{tier_name}**: models {', '.join(bases)}; ratios {', '.join(f'{r:g}' for r in tier.ratios)}; "
         f"calibration sources {', '.join(tier.sources)}; samples {', '.join(map(str, tier.samples))}; "
         f"seeds {', '.join(map(str, tier.seeds))}; {tier.eval_windows} held-out windows of 128 tokens per source; "
         f"{tier.cloze_items} cloze items per source (4 choices). {elapsed / 60:.1f} min.",
@@ -191,8 +216,27 @@ def _markdown(tier_name: str, tier: Tier, summary: dict[str, Any], bases: dict[s
                 f"{e['delta_acc_pts'][0]:+.2f} ± {e['delta_acc_pts'][1]:.2f} | {e['spread_source']:.2f} | "
                 f"{e['spread_samples']:.2f} | {e['spread_model']:.2f} |"
             )
-        lines += ["", _verdict(per_method)]
+        lines += ["", _verdict(per_method), "", *_by_dimension(per_method)]
     return "\n".join(lines) + "\n"
+
+
+def _by_dimension(per_method: dict[str, Any]) -> list[str]:
+    """Mean Δppl % of each method for every value of every dimension (one column each)."""
+    columns = [
+        (d, v)
+        for d in ("source", "samples", "model")
+        for v in sorted({v for e in per_method.values() for v in e[f"by_{d}"]})
+    ]
+    lines = [
+        "Mean Δppl % by calibration source, sample count and model:",
+        "",
+        "| method | " + " | ".join(f"{v}" for _, v in columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for method, e in per_method.items():
+        cells = [f"{e[f'by_{d}'][v]:.1f}" if v in e[f"by_{d}"] else "–" for d, v in columns]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _verdict(per_method: dict[str, Any]) -> str:
@@ -200,13 +244,14 @@ def _verdict(per_method: dict[str, Any]) -> str:
     if "mone" not in per_method:
         return "MoNE was not run."
     by_mean = sorted(per_method, key=lambda m: per_method[m]["delta_ppl_pct"][0])
-    by_std = sorted(per_method, key=lambda m: per_method[m]["delta_ppl_pct"][1])
-    rank_mean, rank_std = by_mean.index("mone") + 1, by_std.index("mone") + 1
-    return (
-        f"MoNE ranks {rank_mean} of {len(by_mean)} by mean Δppl (best: {by_mean[0]}) and {rank_std} of "
-        f"{len(by_std)} by its spread (steadiest: {by_std[0]})."
-        + ("" if rank_mean == 1 else " The paper's expectation (MoNE degrades least) does not hold here.")
-    )
+    rank_mean = by_mean.index("mone") + 1
+    verdict = f"MoNE ranks {rank_mean} of {len(by_mean)} by mean Δppl (best: {by_mean[0]})"
+    if per_method["mone"]["configs"] < 2:
+        verdict += "; its spread needs more than one configuration (the full tier)."
+    else:
+        by_std = sorted(per_method, key=lambda m: per_method[m]["delta_ppl_pct"][1])
+        verdict += f" and {by_std.index('mone') + 1} of {len(by_std)} by its spread (steadiest: {by_std[0]})."
+    return verdict + ("" if rank_mean == 1 else " The paper's expectation (MoNE degrades least) does not hold here.")
 
 
 def _prepare_model(item: Any, spec: Tier) -> dict[str, Any]:
@@ -239,28 +284,24 @@ def run(tier: str, results: Path) -> None:
     bases: dict[str, Any] = {}
     states: dict[str, dict[str, Any]] = {}
     complete = True
-    # Seeds outermost: a study stopped by its time budget still covers every other dimension once.
-    for seed in spec.seeds:
-        for model_name in spec.models:
-            if time.perf_counter() - started > budget:
-                complete = False
-                continue
-            if model_name not in states:
-                states[model_name] = _prepare_model(items[model_name], spec)
-                bases[model_name] = states[model_name]["base"]
-            for source in spec.sources:
-                for samples in spec.samples:
-                    if time.perf_counter() - started > budget:
-                        complete = False
-                        continue
-                    rows += _run_group(model_name, source, samples, seed, spec, cache, states[model_name])
+    # MOELAB_BENCH_MODELS=a,b restricts the models, to split a full study across processes sharing the cache.
+    only = [m for m in os.environ.get("MOELAB_BENCH_MODELS", "").split(",") if m]
+    models = [m for m in spec.models if not only or m in only]
+    for model_name, source, samples, seed in group_order(spec, models):
+        if model_name not in states:
+            states[model_name] = _prepare_model(items[model_name], spec)
+            bases[model_name] = states[model_name]["base"]
+        compute = time.perf_counter() - started < budget
+        group = _run_group(model_name, source, samples, seed, spec, cache, states[model_name], compute=compute)
+        complete = complete and len(group) == len(spec.ratios) * len(METHOD_ORDER)
+        rows += group
     elapsed = time.perf_counter() - started
     summary = summarise(rows, spec.ratios)
     body = _markdown(tier, spec, summary, bases, elapsed)
     if not complete:
         body += (
-            f"\n**Partial study**: stopped after the {budget:.0f} s budget (MOELAB_BENCH_BUDGET_S) with {len(rows)} "
-            "configurations; run `make bench-compress FULL=1` again to resume from bench/cache/compress/.\n"
+            f"\n**Partial study**: {len(rows)} configurations finished (MOELAB_BENCH_BUDGET_S stopped new ones); "
+            "run `make bench-compress FULL=1` again to resume from bench/cache/compress/.\n"
         )
     data = {"tier": tier, "complete": complete, "summary": summary, "bases": bases, "rows": rows}
     write_results(results, "compress", body, data)

@@ -27,6 +27,8 @@ from mlcore.jobs.spec import JobError
 
 MAX_SUBSETS = 20_000
 SUBSET_BATCH = 64
+#: Layer-input rows the enumeration scores every subset on: the cost grows with C(E, P) × rows.
+CALIBRATION_ROWS = 1024
 
 
 def expert_outputs(experts: Any, hidden: Tensor, num_experts: int) -> Tensor:
@@ -54,17 +56,21 @@ def subset_errors(
     return (out - reference).square().sum(dim=(1, 2))
 
 
-def plan_naee(
-    adapter: MoEAdapter, calibration: Calibration, keep: int, *, on_layer: Callable[[int], Any] | None = None
-) -> CompressionPlan:
-    """NAEE's plan from the calibration's sampled layer inputs (``calibrate(keep_inputs=...)``)."""
-    num_experts, top_k = calibration.num_experts, calibration.top_k
+def check_enumerable(num_experts: int, keep: int) -> None:
     count = math.comb(num_experts, keep)
     if count > MAX_SUBSETS:
         raise JobError(
             f"NAEE enumerates C({num_experts}, {keep}) = {count} expert subsets per layer, more than {MAX_SUBSETS}; "
             "choose another method for this model."
         )
+
+
+def plan_naee(
+    adapter: MoEAdapter, calibration: Calibration, keep: int, *, on_layer: Callable[[int], Any] | None = None
+) -> CompressionPlan:
+    """NAEE's plan from the calibration's sampled layer inputs (``calibrate(keep_inputs=...)``)."""
+    num_experts, top_k = calibration.num_experts, calibration.top_k
+    check_enumerable(num_experts, keep)
     if adapter.spec.router_rule != "softmax_topk":
         raise JobError(f"NAEE here supports softmax top-k routers; {adapter.spec.title} routes differently.")
     if not calibration.layer_inputs:

@@ -132,6 +132,7 @@ def _calibration_texts(inputs: dict[str, Any]) -> tuple[str, list[str]]:
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     from mlcore.compress.calibrate import calibrate
     from mlcore.compress.methods import METHODS, NEEDS_LAYER_INPUTS, compressed_copy, make_plan
+    from mlcore.compress.naee import CALIBRATION_ROWS
     from mlcore.compress.plan import experts_to_keep
     from mlcore.compress.report import sizes
     from mlcore.data.packing import pack_windows
@@ -144,10 +145,22 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     model, tokenizer = _load(_model_dir(inputs), ctx.device)
     adapter = adapt(model)
     num_experts, top_k = adapter.layers[0].num_experts, adapter.layers[0].top_k
-    ratios = [0.0] if params["keep"] else params["ratios"]
-    keeps = {r: experts_to_keep(num_experts, top_k, ratio=r, keep=params["keep"] or None) for r in ratios}
+    if params["keep"]:
+        keep = experts_to_keep(num_experts, top_k, keep=params["keep"])
+        keeps = {round(1 - keep / num_experts, 4): keep}
+    else:
+        keeps = {r: experts_to_keep(num_experts, top_k, ratio=r) for r in params["ratios"]}
+    ratios = list(keeps)
+    if "naee" in params["methods"]:
+        from mlcore.compress.naee import check_enumerable
+
+        for keep in keeps.values():
+            check_enumerable(num_experts, keep)
     source_name, texts = _calibration_texts(inputs)
-    encode = lambda text: tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids  # noqa: E731
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids
+
     try:
         windows = pack_windows(
             texts, encode, eos_id=tokenizer.eos_token_id, length=params["seq_len"], max_windows=params["samples"]
@@ -163,9 +176,9 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         adapter,
         windows,
         batch_size=max(1, 4096 // params["seq_len"]),
-        keep_inputs=2048 if any(m in NEEDS_LAYER_INPUTS for m in params["methods"]) else 0,
+        keep_inputs=CALIBRATION_ROWS if any(m in NEEDS_LAYER_INPUTS for m in params["methods"]) else 0,
         seed=params["seed"],
-        on_batch=lambda done, total: ctx.progress(0.02 + 0.18 * done / total, f"calibrating {done}/{total}"),
+        on_batch=lambda done, total: _calibration_progress(ctx, done, total),
     )
     ctx.log(f"calibrated on {calibration.tokens} tokens of {source_name} ({len(windows)} sequences)")
     _expert_charts(ctx, calibration)
@@ -205,6 +218,11 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
             ctx.chart("acc-vs-ratio", quality_vs_ratio(rows, "acc", "Cloze accuracy"))
     ctx.progress(1.0, "done")
     return {"rows": len(rows)}
+
+
+def _calibration_progress(ctx: JobContext, done: int, total: int) -> None:
+    ctx.raise_if_cancelled()
+    ctx.progress(0.02 + 0.18 * done / total, f"calibrating {done}/{total} sequences")
 
 
 def _evaluate_variant(
@@ -310,11 +328,12 @@ def _report(
         "parameters_effective",
         "bytes_effective",
     ]
+
+    def cell(row: dict[str, Any], column: str) -> str:
+        value = row.get(column, "")
+        return f"{value:.4f}" if isinstance(value, float) else str(value)
+
     lines = [",".join(columns)]
-    lines.append(",".join(str(_flat(baseline).get(c, "original" if c == "method" else "")) for c in columns))
-    for row in rows:
-        lines.append(
-            ",".join(f"{row[c]:.4f}" if isinstance(row.get(c), float) else str(row.get(c, "")) for c in columns)
-        )
+    lines += [",".join(cell(row, c) for c in columns) for row in [{**_flat(baseline), "method": "original"}, *rows]]
     (ctx.workdir / "report.csv").write_text("\n".join(lines) + "\n")
     ctx.artifact("report.csv", ctx.workdir / "report.csv", "text/csv")

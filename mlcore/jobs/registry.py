@@ -19,7 +19,12 @@ from typing import Any
 
 from mlcore.jobs.spec import JobSpec
 
-KIND_MODULES: tuple[str, ...] = ("mlcore.jobs.compress_moe", "mlcore.jobs.moe_profile")
+KIND_MODULES: tuple[str, ...] = (
+    "mlcore.jobs.compress_moe",
+    "mlcore.jobs.moe_profile",
+    "mlcore.jobs.routing_analysis",
+    "mlcore.jobs.moe_planner",
+)
 
 
 class UnknownKind(LookupError):

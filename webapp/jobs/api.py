@@ -32,6 +32,7 @@ from webapp.accounts.services import user_for_api_token
 from webapp.jobs import selectors, services
 from webapp.jobs.downloads import artifact_response
 from webapp.jobs.models import Job, JobArtifact
+from webapp.library import api as library_api
 
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
@@ -333,3 +334,6 @@ def list_artifacts(request: HttpRequest, job_id: uuid.UUID) -> list[dict[str, An
 )
 def download_artifact(request: HttpRequest, job_id: uuid.UUID, name: str) -> FileResponse:
     return artifact_response(selectors.artifact_for_user(request.auth, job_id, name), download=True)
+
+
+library_api.install(api)

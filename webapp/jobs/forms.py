@@ -18,6 +18,8 @@ from django.template.defaultfilters import filesizeformat
 from mlcore.jobs.params import REFERENCE_TYPES, Bool, File, Float, Int, Key, Multi, Numbers, Param, Seed, Text
 from mlcore.jobs.references import builtin_items
 from mlcore.jobs.spec import JobSpec
+from webapp.accounts.models import Team
+from webapp.library.selectors import picker_items
 
 #: Extensions for the file picker's ``accept`` hint (the server sniffs content; this only filters the dialog).
 _EXTENSIONS: dict[str, tuple[str, ...]] = {
@@ -80,10 +82,14 @@ def _bounds(param: Int | Float | Numbers) -> str:
     return ""
 
 
-def _reference_options(param: Param) -> list[tuple[str, str]]:
+def _reference_options(param: Param, team: Team | None) -> list[tuple[str, str]]:
+    """The team's ready library items that the parameter accepts, then the built-in (zoo) ones."""
     accepts = getattr(param, "accepts", ())
     items = [item for item in builtin_items().values() if not accepts or item.kind in accepts]
-    return [(f"zoo:{item.name}", f"{item.title} ({item.kind})") for item in sorted(items, key=lambda i: i.title)]
+    library = (
+        [] if team is None else [(i.reference, f"{i.name} ({i.kind}, library)") for i in picker_items(team, accepts)]
+    )
+    return library + [(f"zoo:{i.name}", f"{i.title} ({i.kind})") for i in sorted(items, key=lambda i: i.title)]
 
 
 def _file_hint(param: File) -> tuple[str, str]:
@@ -93,7 +99,7 @@ def _file_hint(param: File) -> tuple[str, str]:
     return accept, f"{formats}; {many}at most {filesizeformat(param.max_bytes)} each"
 
 
-def build_field(param: Param, value: Any) -> FieldView:
+def build_field(param: Param, value: Any, team: Team | None = None) -> FieldView:
     view = FieldView(param=param, widget=param.type, value=_display(param, value))
     if isinstance(param, Bool):
         view.widget = "checkbox"
@@ -123,7 +129,7 @@ def build_field(param: Param, value: Any) -> FieldView:
         view.widget = "text"
         view.attrs = {"placeholder": "key id"}
     elif isinstance(param, REFERENCE_TYPES):
-        view.options = _reference_options(param)
+        view.options = _reference_options(param, team)
         view.widget = "select" if view.options else "text"
         view.constraints = "accepts " + ", ".join(param.accepts) if param.accepts else ""
         if not view.options:
@@ -146,6 +152,7 @@ class SpecForm:
         data: QueryDict | None = None,
         initial: Mapping[str, Any] | None = None,
         with_files: bool = True,
+        team: Team | None = None,
     ) -> None:
         """``with_files=False`` leaves out file inputs (a re-run copies the original job's files)."""
         self.spec = spec
@@ -153,7 +160,7 @@ class SpecForm:
         self.non_field_errors: list[str] = []
         params = spec.params if with_files else spec.value_params
         values: Mapping[str, Any] = initial if initial is not None else {p.name: p.default for p in params}
-        self.fields = [build_field(p, values.get(p.name)) for p in params]
+        self.fields = [build_field(p, values.get(p.name), team) for p in params]
         if data is not None:
             for view in self.fields:
                 view.value = self._posted(view)

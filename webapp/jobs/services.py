@@ -29,6 +29,7 @@ from webapp.accounts.models import Membership, Team
 from webapp.jobs import queue, storage
 from webapp.jobs.models import Job, JobInput
 from webapp.jobs.resolver import check_reference
+from webapp.library.services import record_uses
 
 FieldErrors = list[tuple[str, str]]
 
@@ -74,7 +75,7 @@ def _field_of(kind: Kind, message: str) -> str:
     return "__all__"
 
 
-def _clean_params(kind: Kind, raw_params: Mapping[str, Any]) -> dict[str, Any]:
+def _clean_params(kind: Kind, raw_params: Mapping[str, Any], *, team: Team) -> dict[str, Any]:
     try:
         params = kind.spec.clean(raw_params)
         runner.check_estimate(kind, params, memory_limit=settings.WORKER_MEMORY_LIMIT or None)
@@ -86,7 +87,7 @@ def _clean_params(kind: Kind, raw_params: Mapping[str, Any]) -> dict[str, Any]:
     for param in kind.spec.value_params:
         if isinstance(param, REFERENCE_TYPES) and params.get(param.name) is not None:
             try:
-                check_reference(param, params[param.name])
+                check_reference(param, params[param.name], team=team)
             except JobError as exc:
                 errors.append((param.name, str(exc)))
     if errors:
@@ -170,12 +171,13 @@ def job_submit(
     """Validate with the kind's spec, save the row and its inputs, and enqueue after commit."""
     _require_write(team, user)
     job_kind = _kind(kind)
-    params = _clean_params(job_kind, raw_params)
+    params = _clean_params(job_kind, raw_params, team=team)
     scratch = Path(tempfile.mkdtemp(prefix="moelab-submit-"))
     try:
         paths = _check_files(job_kind, files or {}, scratch)
         with transaction.atomic():
             job = _create(team=team, user=user, kind=job_kind, params=params)
+            record_uses(job=job, kind=job_kind, params=params)
             for name, uploads in (files or {}).items():
                 for upload, path in zip(uploads, paths.get(name, [])):
                     _save_input(job, name, path, upload.name or path.name)
@@ -216,9 +218,10 @@ def job_rerun(*, job: Job, user: AbstractBaseUser, raw_params: Mapping[str, Any]
     """A new job cloned from ``job`` (same inputs; the same or edited parameters)."""
     _require_write(job.team, user)
     kind = _kind(job.kind)
-    params = _clean_params(kind, job.params if raw_params is None else raw_params)
+    params = _clean_params(kind, job.params if raw_params is None else raw_params, team=job.team)
     with transaction.atomic():
         clone = _create(team=job.team, user=user, kind=kind, params=params, rerun_of=job)
+        record_uses(job=clone, kind=kind, params=params)
         for item in job.inputs.all():
             # A copy, not a shared reference: deleting the old job must not take the new one's inputs.
             copy = JobInput(

@@ -58,8 +58,8 @@ def submit(request: HttpRequest, team_slug: str, kind: str) -> HttpResponse:
     remember_team(request, team)
     if request.method != "POST":
         initial = {**{p.name: p.default for p in spec.params}, **spec.sample} if "sample" in request.GET else None
-        return _render_submit(request, {"team": team, "spec": spec, "form": SpecForm(spec, initial=initial)})
-    form = SpecForm(spec, data=request.POST)
+        return _render_submit(request, {"team": team, "spec": spec, "form": SpecForm(spec, initial=initial, team=team)})
+    form = SpecForm(spec, data=request.POST, team=team)
     files = {p.name: request.FILES.getlist(p.name) for p in spec.file_params}
     try:
         job = services.job_submit(
@@ -167,10 +167,10 @@ def rerun(request: HttpRequest, job_id: str) -> HttpResponse:
     job = selectors.job_for_user(request.user, job_id, write=True)
     spec = _kind_or_404(job.kind).spec
     changed = services.job_changed_params(job)
-    form = SpecForm(spec, initial=job.params, with_files=False)
+    form = SpecForm(spec, initial=job.params, with_files=False, team=job.team)
     status = 200
     if request.method == "POST":
-        form = SpecForm(spec, data=request.POST, with_files=False)
+        form = SpecForm(spec, data=request.POST, with_files=False, team=job.team)
         try:
             clone = services.job_rerun(job=job, user=request.user, raw_params=form.raw_params())
         except services.SubmitError as exc:

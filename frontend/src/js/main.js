@@ -4,6 +4,7 @@ import htmx from "htmx.org/dist/htmx.esm.js";
 import { enhanceArtifacts, registerRenderer } from "./renderers.js";
 import { renderCsvTable } from "./csv-table.js";
 import { renderJsonTree } from "./json-tree.js";
+import { enhanceLibraryUpload } from "./library-upload.js";
 
 // Polling fragments are swapped wholesale; keep htmx's history cache out of it so Back shows the
 // server's current state instead of a stale snapshot.
@@ -30,6 +31,7 @@ function followLogs(root) {
 function enhance(root) {
   followLogs(root);
   enhanceArtifacts(root);
+  enhanceLibraryUpload(root);
   enhanceCharts(root).catch((error) => console.error("moelab: chart failed", error));
 }
 

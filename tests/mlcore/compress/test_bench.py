@@ -32,9 +32,12 @@ def test_the_summary_reports_mean_std_and_spread_per_dimension():
 
 def test_the_verdict_says_when_mone_does_not_win():
     summary = summarise([_row("mone", 0.25, 5.0, 0.0), _row("reap", 0.25, 1.0, 0.0)], (0.25,))["0.25"]
-    assert "does not hold" in _verdict(summary)
-    summary = summarise([_row("mone", 0.25, 1.0, 0.0), _row("reap", 0.25, 5.0, 0.0)], (0.25,))["0.25"]
-    assert _verdict(summary).startswith("MoNE ranks 1 of 2") and "does not hold" not in _verdict(summary)
+    assert "does not hold" in _verdict(summary) and "needs more than one configuration" in _verdict(summary)
+    rows = [_row("mone", 0.25, d, 0.0, seed=s) for s, d in enumerate((1.0, 1.2))]
+    rows += [_row("reap", 0.25, d, 0.0, seed=s) for s, d in enumerate((2.0, 8.0))]
+    verdict = _verdict(summarise(rows, (0.25,))["0.25"])
+    assert verdict.startswith("MoNE ranks 1 of 2") and "1 of 2 by its spread" in verdict
+    assert "does not hold" not in verdict
 
 
 def test_the_benchmark_is_registered():

@@ -47,10 +47,13 @@ def test_it_compresses_a_tiny_model_end_to_end(tiny_lm, calibration_file):
     assert ctx.metrics.scalars["original/ppl_mean"] > 1
 
 
-def test_it_calibrates_on_a_built_in_corpus(tiny_lm):
-    outcome, ctx = run({"model": str(tiny_lm), "dataset": "zoo:stdlib-docs", "methods": "reap", "cloze_items": 0})
+def test_it_calibrates_on_a_built_in_corpus_and_keeps_a_given_count(tiny_lm):
+    raw = {"model": str(tiny_lm), "dataset": "zoo:stdlib-docs", "methods": "reap", "cloze_items": 0, "keep": 6}
+    outcome, ctx = run(raw)
     assert outcome.status == "succeeded", outcome.traceback
     assert any("stdlib-docs" in line for line in ctx.lines)
+    row = json.loads(ctx.artifacts["report.json"].path.read_text())["compressed"][0]
+    assert (row["keep"], row["ratio"]) == (6, 0.25)
 
 
 def _failure(raw, files=None):
@@ -129,3 +132,26 @@ def test_an_uploaded_archive_of_a_checkpoint_is_compressed(tmp_path, tiny_lm):
 def test_ratios_of_one_or_more_fail_validation(ratios, tiny_lm):
     with pytest.raises(JobError):
         run({"model": str(tiny_lm), "ratios": ratios})
+
+
+def test_naee_on_too_many_experts_is_refused_before_any_artifact(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from mlcore.hf import tiny_config
+    from mlcore.zoo.tokenizer import save_hf_tokenizer, train_bpe
+
+    save_hf_tokenizer(train_bpe(["some text " * 50], vocab_size=280), tmp_path, model_max_length=64)
+    config = tiny_config("qwen3_moe", num_experts=32, vocab_size=300, max_position_embeddings=64, eos_token_id=0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    error, _ = _failure({"model": str(tmp_path), "methods": "mone,naee", "ratios": "0.5"})
+    assert "C(32, 16)" in error
+
+
+def test_a_cancelled_job_stops_during_calibration(tiny_lm):
+    kind = get_kind("compress-moe")
+    ctx = InMemoryContext()
+    params, inputs = prepare(kind, {**FAST, "model": str(tiny_lm)}, {}, resolver=LocalResolver(), workdir=ctx.workdir)
+    ctx.cancel()
+    outcome = execute(kind, params, inputs, ctx)
+    assert outcome.status == "cancelled"
+    assert not ctx.artifacts

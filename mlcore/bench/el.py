@@ -1,0 +1,397 @@
+"""``make bench-el``: the Efficiency Leverage mini-study (issue 9; Tian et al., ICLR 2026, scaled down).
+
+Trains tiny byte-level transformer LMs on Shakespeare (train split; loss on the fixed 5% test
+split) at several compute budgets: dense models of a few widths and MoE models (``mlcore.moe``
+top-k softmax routers, Switch balance loss 0.01) over activation ratios A and granularities G at
+matched active FLOPs (k = G experts of width 2d/G, E = k/A; G = 2·d_model/d_expert as in the
+paper). Compute C = 6 · non-embedding active parameters · tokens.
+
+Then: the dense loss–compute law, EL per MoE run, the law and its baselines fitted by Huber
+regression, leave-one-budget-out errors, G*, and a check of the sign convention (EL should rise
+as A falls). The full-law fit is written to ``mlcore/analysis/el_constants.json`` — the planner's
+"bundled" constants, labelled toy-scale. Every finished run is cached as JSON under
+``bench/cache/el/`` so an interrupted study resumes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlcore.bench.common import write_results
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / "bench" / "cache" / "el"
+CONSTANTS = ROOT / "mlcore" / "analysis" / "el_constants.json"
+CONTEXT, BATCH, LAYERS, HEADS = 64, 16, 2, 4
+
+
+@dataclass(frozen=True)
+class Config:
+    d: int
+    activation: float  # A = k/E; 1 for dense
+    granularity: int  # G; k = G experts of width 2d/G
+
+    @property
+    def dense(self) -> bool:
+        return self.activation == 1
+
+    @property
+    def experts(self) -> int:
+        return 1 if self.dense else round(self.granularity / self.activation)
+
+    @property
+    def top_k(self) -> int:
+        return 1 if self.dense else self.granularity
+
+    @property
+    def d_expert(self) -> int:
+        return 2 * self.d // (1 if self.dense else self.granularity)
+
+    def params(self) -> tuple[int, int]:
+        """(total, active) non-embedding parameters."""
+        attention = 4 * self.d * self.d
+        expert = 3 * self.d * self.d_expert
+        router = self.d * self.experts if not self.dense else 0
+        total = LAYERS * (attention + self.experts * expert + router)
+        active = LAYERS * (attention + self.top_k * expert + router)
+        return total, active
+
+    @property
+    def name(self) -> str:
+        return (
+            f"dense-d{self.d}" if self.dense else f"moe-d{self.d}-A1/{round(1 / self.activation)}-G{self.granularity}"
+        )
+
+
+TIERS: dict[str, dict[str, Any]] = {
+    "quick": {
+        "budget_steps": (60, 120, 240),  # steps of the d=64 model; other widths get the same FLOPs
+        "configs": (
+            Config(48, 1, 1),
+            Config(64, 1, 1),
+            Config(64, 1 / 4, 1),
+            Config(64, 1 / 4, 2),
+            Config(64, 1 / 8, 2),
+            Config(64, 1 / 2, 2),
+        ),
+        "eval_windows": 64,
+    },
+    "full": {
+        "budget_steps": (100, 200, 400, 800),
+        "configs": (
+            *(Config(d, 1, 1) for d in (32, 48, 64, 96)),
+            *(Config(64, a, g) for a in (1 / 2, 1 / 4, 1 / 8, 1 / 16) for g in (1, 2, 4, 8)),
+        ),
+        "eval_windows": 128,
+    },
+}
+
+
+def _data() -> tuple[Any, Any]:
+    import torch
+
+    from mlcore.data.textset import source_splits
+
+    def encode(split: str, limit: int) -> torch.Tensor:
+        text = "\n".join(source_splits(("shakespeare",), split)["shakespeare"])[:limit]
+        return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8).long()
+
+    return encode("train", 3_000_000), encode("test", 400_000)
+
+
+def _model(cfg: Config, seed: int) -> Any:
+    import torch
+    from torch import nn
+
+    from mlcore.moe import MoELayer
+
+    torch.manual_seed(seed)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(cfg.d), nn.LayerNorm(cfg.d)
+            self.qkv, self.out = nn.Linear(cfg.d, 3 * cfg.d, bias=False), nn.Linear(cfg.d, cfg.d, bias=False)
+            self.ffn = MoELayer(cfg.d, cfg.d_expert, num_experts=cfg.experts, top_k=cfg.top_k)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, HEADS, d // HEADS).permute(2, 0, 3, 1, 4)
+            attn = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.out(attn.transpose(1, 2).reshape(b, t, d))
+            y, routing = self.ffn(self.norm2(x), return_routing=True)
+            return x + y, routing
+
+    class LM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(256, cfg.d)
+            nn.init.normal_(self.embed.weight, std=0.02)  # tied with the output: unit-variance logits would blow up
+            self.pos = nn.Parameter(torch.randn(CONTEXT, cfg.d) * 0.02)
+            self.blocks = nn.ModuleList([Block() for _ in range(LAYERS)])
+            self.norm = nn.LayerNorm(cfg.d)
+
+        def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            from mlcore.moe import switch_load_balance_loss
+
+            x = self.embed(ids) + self.pos[: ids.shape[1]]
+            balance = x.new_zeros(())
+            for block in self.blocks:
+                x, routing = block(x)
+                if cfg.experts > 1:
+                    balance = balance + switch_load_balance_loss(routing) / LAYERS
+            return self.norm(x) @ self.embed.weight.T, balance
+
+    return LM()
+
+
+def train_one(cfg: Config, flops: float, train: Any, test: Any, eval_windows: int, seed: int = 0) -> dict[str, Any]:
+    import torch
+
+    total, active = cfg.params()
+    tokens_per_step = BATCH * CONTEXT
+    steps = max(10, round(flops / (6 * active * tokens_per_step)))
+    model = _model(cfg, seed)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, betas=(0.9, 0.95))
+    warmup = max(1, steps // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimiser,
+        lambda s: (
+            (s + 1) / warmup if s < warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * (s - warmup) / (steps - warmup)))
+        ),
+    )
+    generator = torch.Generator().manual_seed(seed)
+    start = time.perf_counter()
+    model.train()
+    for _ in range(steps):
+        starts = torch.randint(0, len(train) - CONTEXT - 1, (BATCH,), generator=generator)
+        window = torch.stack([train[s : s + CONTEXT + 1] for s in starts.tolist()])
+        logits, balance = model(window[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), window[:, 1:].reshape(-1))
+        optimiser.zero_grad(set_to_none=True)
+        (loss + 0.01 * balance).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimiser.step()
+        schedule.step()
+    model.eval()
+    with torch.no_grad():
+        usable = (len(test) - 1) // CONTEXT
+        picks = torch.linspace(0, usable - 1, min(eval_windows, usable)).long() * CONTEXT
+        window = torch.stack([test[s : s + CONTEXT + 1] for s in picks.tolist()])
+        logits, _ = model(window[:, :-1])
+        heldout = float(torch.nn.functional.cross_entropy(logits.reshape(-1, 256), window[:, 1:].reshape(-1)))
+    return {
+        "config": asdict(cfg),
+        "name": cfg.name,
+        "total_params": total,
+        "active_params": active,
+        "steps": steps,
+        "tokens": steps * tokens_per_step,
+        "flops": 6.0 * active * steps * tokens_per_step,
+        "loss": heldout,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def _runs(rows: list[dict[str, Any]]) -> list[Any]:
+    from mlcore.analysis.runs import Run
+
+    runs = []
+    for row in rows:
+        cfg = Config(**row["config"])
+        runs.append(
+            Run(
+                name=row["name"],
+                kind="dense" if cfg.dense else "moe",
+                total_params=row["total_params"],
+                active_params=row["active_params"],
+                experts=cfg.experts,
+                top_k=cfg.top_k,
+                shared_experts=0,
+                granularity=2 * cfg.d / cfg.d_expert,
+                tokens=row["tokens"],
+                flops=row["flops"],
+                loss=row["loss"],
+                budget=row["budget"],
+            )
+        )
+    return runs
+
+
+def analyse(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from mlcore.analysis.el import fit_law
+    from mlcore.analysis.el_holdout import arrays, leave_one_budget_out
+    from mlcore.analysis.runs import measured_leverage
+
+    law, leverages = measured_leverage(_runs(rows))
+    A, G, C, EL = arrays(leverages)
+    fits = {}
+    for variant in ("activation-only", "no-granularity", "full"):
+        try:
+            fits[variant] = fit_law(A, G, C, EL, variant=variant, resamples=200, source="bench-el mini-study")
+        except ValueError as exc:
+            fits[variant] = None
+            print(f"{variant}: {exc}")
+    holdout = leave_one_budget_out(leverages)
+    # Sign check: within each (budget, G), does EL rise as A falls?
+    rises, pairs = 0, 0
+    for budget in sorted({x.budget for x in leverages}):
+        for g in np.unique(G):
+            group = sorted(
+                (x.run.activation(), x.el) for x in leverages if x.budget == budget and x.run.granularity == g
+            )
+            for (_, sparser), (_, denser) in itertools.pairwise(group):
+                pairs += 1
+                rises += int(sparser > denser)
+    return {
+        "dense_law": asdict(law),
+        "leverage": [
+            {
+                "run": x.run.name,
+                "budget": x.budget,
+                "A": x.run.activation(),
+                "G": x.run.granularity,
+                "C": x.run.flops,
+                "loss": x.run.loss,
+                "EL": x.el,
+            }
+            for x in leverages
+        ],
+        "fits": {k: (v.to_json() if v else None) for k, v in fits.items()},
+        "holdout": [asdict(s) for s in holdout],
+        "sign_check": {"pairs": pairs, "sparser_has_higher_el": rises},
+    }
+
+
+def markdown(data: dict[str, Any]) -> str:
+    law = data["analysis"]["dense_law"]
+    lines = [
+        "# Efficiency Leverage mini-study (issue 9)",
+        "",
+        f"Tier **{data['tier']}**: byte-level LMs, {LAYERS} layers, context {CONTEXT}, batch {BATCH}, Shakespeare "
+        "(held-out loss on the fixed test split). Compute C = 6·active non-embedding params·tokens. "
+        f"Wall time {data['seconds']:.0f} s on 2 shared CPU cores (1 torch thread).",
+        "",
+        "## Runs",
+        "",
+        "| run | budget (FLOPs) | total params | active params | steps | held-out loss (nats/byte) |",
+        "|---|---|---|---|---|---|",
+        *[
+            f"| {r['name']} | {r['budget']} | {r['total_params']:,} | {r['active_params']:,} | {r['steps']} | "
+            f"{r['loss']:.4f} |"
+            for r in data["rows"]
+        ],
+        "",
+        f"Dense law over the best dense run per budget: L(C) = {law['B']:.4g} · C^(−{law['b']:.4g}).",
+        "",
+        "## Efficiency leverage per MoE run (EL = C_dense(loss) / C)",
+        "",
+        "| run | budget | A | G | EL |",
+        "|---|---|---|---|---|",
+        *[
+            f"| {x['run']} | {x['budget']} | {x['A']:.4g} | {x['G']:g} | {x['EL']:.3f} |"
+            for x in data["analysis"]["leverage"]
+        ],
+        "",
+        "## Fitted laws (Huber on ln EL, input = sparsity 1/A; 95% basic-bootstrap CIs over runs)",
+        "",
+    ]
+    for variant, fit in data["analysis"]["fits"].items():
+        if fit is None:
+            lines.append(f"- {variant}: too few runs to fit")
+            continue
+        c = fit["constants"]
+        parts = [f"{k} = {c[k]:.4g} [{lo:.3g}, {hi:.3g}]" for k, (lo, hi) in fit["intervals"].items()]
+        g_star = f"; G* = {c['best_granularity']:.3g}" if c["best_granularity"] else "; no interior G* (γ ≥ 0)"
+        lines.append(f"- {variant}: " + ", ".join(parts) + (g_star if variant == "full" else ""))
+    lines += [
+        "",
+        "## Held-out compute budgets (fit on the others, predict ln EL)",
+        "",
+        "| law | RMSE ln EL | mean abs. error of EL | best G picked |",
+        "|---|---|---|---|",
+        *[
+            f"| {s['variant']} | {s['rmse_log_el']:.4f} | {s['mean_abs_pct_error']:.1%} | "
+            f"{s['best_g_hits']}/{s['best_g_groups']} |"
+            for s in data["analysis"]["holdout"]
+        ],
+        "",
+        "## Reading",
+        "",
+    ]
+    sign = data["analysis"]["sign_check"]
+    lines.append(
+        f"- Sign convention: in {sign['sparser_has_higher_el']} of {sign['pairs']} neighbouring pairs at the same "
+        "budget and granularity the sparser MoE has the higher EL (the law with x = 1/A and a > 0 expects all)."
+    )
+    lines.append(data["verdict"])
+    lines.append(
+        "- These constants come from toy models (≈10⁵ parameters, 10⁸–10⁹-token-FLOP budgets): never extrapolate "
+        "them to real model sizes. The paper's claims (EL > 7× at 1/32 activation, G* ≈ 8–12) are not tested here."
+    )
+    return "\n".join(lines)
+
+
+def verdict(analysis: dict[str, Any]) -> str:
+    holdout = {s["variant"]: s for s in analysis["holdout"]}
+    els = [x["EL"] for x in analysis["leverage"]]
+    parts = [f"- EL ranges {min(els):.2f}–{max(els):.2f} over the MoE runs"]
+    if "full" in holdout and "naive" in holdout:
+        better = holdout["full"]["rmse_log_el"] < holdout["naive"]["rmse_log_el"]
+        parts.append(
+            f"the full law {'beats' if better else 'does not beat'} the naive EL = 1/A on held-out budgets "
+            f"(RMSE {holdout['full']['rmse_log_el']:.3f} vs {holdout['naive']['rmse_log_el']:.3f})"
+        )
+    full = analysis["fits"].get("full")
+    if full is not None:
+        d_low, d_high = full["intervals"]["d"]
+        parts.append(
+            "EL's growth with compute (d > 0) is "
+            + ("resolved" if d_low > 0 else "not resolved: the d interval includes 0 or is negative")
+            + f" (d 95% CI [{d_low:.3g}, {d_high:.3g}])"
+        )
+    return "; ".join(parts) + ". The grid is small: treat every fitted constant as a toy-scale measurement."
+
+
+def run(tier: str, results: Path) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    spec = TIERS[tier]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    train, test = _data()
+    start = time.perf_counter()
+    reference_active = Config(64, 1, 1).params()[1]
+    rows = []
+    for steps in spec["budget_steps"]:
+        flops = 6.0 * reference_active * steps * BATCH * CONTEXT
+        budget = f"{flops:.3g}"
+        for cfg in spec["configs"]:
+            key = CACHE / f"{cfg.name.replace('/', '_')}_C{budget}_ev{spec['eval_windows']}.json"
+            if key.exists():
+                row = json.loads(key.read_text())
+            else:
+                row = {**train_one(cfg, flops, train, test, spec["eval_windows"]), "budget": budget}
+                key.write_text(json.dumps(row, indent=1))
+            rows.append(row)
+            print(f"{cfg.name} at {budget} FLOPs: loss {row['loss']:.4f} ({row['seconds']:.1f} s)", flush=True)
+    analysis = analyse(rows)
+    data = {"tier": tier, "rows": rows, "analysis": analysis, "seconds": time.perf_counter() - start}
+    data["verdict"] = verdict(analysis)
+    full = analysis["fits"].get("full")
+    if full is not None:
+        constants = {k: v for k, v in full["constants"].items() if k != "best_granularity"}
+        constants["source"] = (
+            f"bench-el mini-study ({tier} tier, toy byte-level LMs d=64; {len(analysis['leverage'])} MoE runs): "
+            "toy-scale, do not extrapolate"
+        )
+        CONSTANTS.write_text(json.dumps({"constants": constants, "intervals": full["intervals"]}, indent=1) + "\n")
+    write_results(results, "el", markdown(data), data)

@@ -1,0 +1,275 @@
+"""``moe-planner``: predict what an MoE configuration buys with the Efficiency Leverage law.
+
+Takes the law's constants from a fit to your own runs (a CSV, schema in
+:mod:`mlcore.analysis.runs`), from the project's bundled toy-scale fit (``make bench-el``), or as
+numbers you supply, and reports for a proposed architecture: EL, the loss-matched dense model,
+the compute saving, parameters and bytes per device, and expert-offloading traffic; with charts
+of EL against the activation ratio, the granularity and the compute budget.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from mlcore.jobs import Bool, Choice, File, Float, Int, JobContext, JobError, JobSpec, Seed
+
+BUNDLED = Path(__file__).resolve().parents[1] / "analysis" / "el_constants.json"
+RUNS_HELP = (
+    "CSV, one row per training run with columns name, kind (dense|moe), total_params, active_params, experts, "
+    "top_k, shared_experts, granularity (2·d_model/d_expert), tokens, flops, loss (held-out nats/token), and an "
+    "optional budget label. Needs dense runs at ≥ 2 budgets and MoE runs."
+)
+
+
+def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
+    errors = []
+    if p["top_k"] > p["experts"]:
+        errors.append(("top_k", f"Must not exceed the number of experts ({p['experts']})."))
+    if p["constants"] == "user" and p["a"] == 0:
+        errors.append(("a", "Give the law's constants (a at least) or pick another source of constants."))
+    return errors
+
+
+spec = JobSpec(
+    name="moe-planner",
+    title="Plan an MoE configuration (Efficiency Leverage)",
+    summary="Predict an MoE's compute leverage over dense models, its dense equivalent, memory and offload traffic.",
+    version=1,
+    queue="cpu",
+    soft_time_limit=900,
+    time_limit=960,
+    params=(
+        Choice(
+            name="constants",
+            default="bundled",
+            options=("bundled", "fit-runs", "user"),
+            help="Law constants: the bundled toy-scale fit (make bench-el), a fit to the runs you upload, or yours.",
+        ),
+        File(name="runs", formats=("csv", "txt"), max_bytes=20 * 2**20, help=RUNS_HELP),
+        Float(name="a", default=0.0, min=-100, max=100, help="User constants: α = a + d·ln C."),
+        Float(name="d", default=0.0, min=-10, max=10, help="User constants: compute slope d of α."),
+        Float(name="beta", default=0.0, min=-100, max=100, help="User constants: β (ln G term)."),
+        Float(name="gamma", default=0.0, min=-100, max=100, help="User constants: γ ((ln G)² term)."),
+        Choice(
+            name="input",
+            default="sparsity",
+            options=("sparsity", "activation"),
+            help="What the saturating transform acts on: the sparsity 1/A (EL grows as A falls) or A itself.",
+        ),
+        Bool(name="count_shared", default=False, help="Count shared experts in the activation ratio A."),
+        Float(name="x_max", default=1024.0, min=2, max=1e6, help="Saturation point of the transform (sparsity)."),
+        Float(name="huber_delta", default=0.05, min=1e-4, max=10, help="Huber threshold on ln EL residuals."),
+        Int(name="d_model", default=1024, min=8, max=65536, help="Proposed model width."),
+        Int(name="layers", default=16, min=1, max=512, help="Proposed MoE layers."),
+        Int(name="experts", default=64, min=1, max=4096, help="Routed experts E."),
+        Int(name="top_k", default=4, min=1, max=256, help="Routed experts per token k."),
+        Int(name="shared_experts", default=0, min=0, max=64, help="Shared experts."),
+        Int(
+            name="d_expert", default=512, min=1, max=65536, help="Each expert's hidden width (G = 2·d_model/d_expert)."
+        ),
+        Float(name="tokens", default=1e11, min=1e3, max=1e15, help="Training tokens."),
+        Choice(name="bytes_per_param", default="2", options=("1", "2", "4"), help="Bytes per weight when serving."),
+        Int(name="devices", default=1, min=1, max=4096, help="Devices sharing the experts (expert parallelism)."),
+        Float(
+            name="cache_hit_rate",
+            default=0.5,
+            min=0,
+            max=1,
+            help="Expert-cache hit rate when offloading (a routing-analysis job's recommendation).",
+        ),
+        Int(name="resamples", default=200, min=0, max=2000, help="Bootstrap resamples for the fit's CIs."),
+        Seed(name="seed"),
+    ),
+    validate=_validate,
+    guide=(
+        "EL > 1 means the MoE reaches a dense model's loss with EL times less training compute; the "
+        "'dense equivalent' is the compute-optimal dense model (Chinchilla rule) with that compute. Constants "
+        "fitted on toy models must not be extrapolated to large models: the source of the constants is shown "
+        "with every prediction. Held-out errors compare the law with simpler baselines on budgets left out of "
+        "the fit; G* is the best granularity (it exists when γ < 0)."
+    ),
+    sample={"constants": "bundled", "d_model": 512, "layers": 8, "experts": 32, "top_k": 4, "d_expert": 256, "seed": 0},
+)
+
+
+def _constants(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> Any:
+    from mlcore.analysis.el import ELConstants
+
+    shape = {"input": params["input"], "x_max": params["x_max"]}
+    if params["constants"] == "user":
+        return ELConstants(
+            a=params["a"], d=params["d"], beta=params["beta"], gamma=params["gamma"], source="user-supplied", **shape
+        )
+    if params["constants"] == "bundled":
+        if not BUNDLED.is_file():
+            raise JobError("No bundled fit is installed; run `make bench-el`, or upload runs, or give constants.")
+        data = json.loads(BUNDLED.read_text())
+        if data["constants"]["input"] != params["input"]:
+            raise JobError(f"The bundled fit uses input={data['constants']['input']}; pick that input convention.")
+        ctx.log(f"bundled constants: {data['constants']['source']}")
+        return ELConstants(**{k: v for k, v in data["constants"].items() if k != "best_granularity"})
+    if "runs" not in inputs:
+        raise JobError("Upload a runs CSV to fit the law, or pick the bundled or your own constants.")
+    return _fit_runs(params, Path(inputs["runs"]), ctx)
+
+
+def _fit_runs(params: dict[str, Any], path: Path, ctx: JobContext) -> Any:
+    from mlcore.analysis.charts import scatter
+    from mlcore.analysis.el import fit_law, log_leverage
+    from mlcore.analysis.el_holdout import arrays, leave_one_budget_out
+    from mlcore.analysis.runs import RunsError, measured_leverage, read_runs
+
+    try:
+        runs = read_runs(path)
+        law, leverages = measured_leverage(runs)
+    except (RunsError, ValueError) as exc:
+        raise JobError(f"Runs table: {exc}.") from None
+    ctx.log(f"{len(runs)} runs; dense law L(C) = {law.B:.4g}·C^-{law.b:.4g}; {len(leverages)} MoE runs kept")
+    ctx.progress(0.2, "fitting the law")
+    A, G, C, EL = arrays(leverages, count_shared=params["count_shared"])
+    options = {"delta": params["huber_delta"], "x_max": params["x_max"], "input": params["input"]}
+    try:
+        fit = fit_law(
+            A, G, C, EL, resamples=params["resamples"], seed=params["seed"], source=f"fitted on {path.name}", **options
+        )
+        scores = leave_one_budget_out(leverages, count_shared=params["count_shared"], fit_options=options)
+    except ValueError as exc:
+        raise JobError(f"Runs table: {exc}.") from None
+    ctx.raise_if_cancelled()
+    for name, (low, high) in fit.intervals.items():
+        ctx.metric(f"fit/{name}", getattr(fit.constants, name))
+        ctx.log(f"{name} = {getattr(fit.constants, name):.4g}  (95% CI {low:.4g} … {high:.4g})")
+    for s in scores:
+        ctx.metric(f"holdout/{s.variant}/rmse_log_el", s.rmse_log_el)
+        ctx.log(
+            f"held-out budgets, {s.variant}: RMSE ln EL {s.rmse_log_el:.4f}, "
+            f"best G picked {s.best_g_hits}/{s.best_g_groups}"
+        )
+    predicted = log_leverage(A, G, C, fit.constants)
+    rows = [
+        {"run": x.run.name, "observed EL": float(x.el), "predicted EL": math.exp(float(p)), "budget": x.budget}
+        for x, p in zip(leverages, predicted)
+    ]
+    ctx.chart(
+        "fit",
+        scatter(
+            "Fitted law vs observed leverage",
+            rows,
+            x="observed EL",
+            y="predicted EL",
+            label="budget",
+            x_title="Observed EL (dense compute / MoE compute)",
+            y_title="Predicted EL",
+        ),
+    )
+    (ctx.workdir / "fit.json").write_text(
+        json.dumps({"fit": fit.to_json(), "dense_law": vars(law), "holdout": [vars(s) for s in scores]}, indent=1)
+    )
+    ctx.artifact("fit.json", ctx.workdir / "fit.json", "application/json")
+    return fit.constants
+
+
+def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    from mlcore.analysis.plan import Architecture, plan
+
+    ctx.progress(0.0, "loading constants")
+    constants = _constants(params, inputs, ctx)
+    arch = Architecture(
+        d_model=params["d_model"],
+        layers=params["layers"],
+        experts=params["experts"],
+        top_k=params["top_k"],
+        shared_experts=params["shared_experts"],
+        d_expert=params["d_expert"],
+        tokens=params["tokens"],
+    )
+    ctx.raise_if_cancelled()
+    ctx.progress(0.8, "planning")
+    result = plan(
+        arch,
+        constants,
+        count_shared=params["count_shared"],
+        bytes_per_param=int(params["bytes_per_param"]),
+        devices=params["devices"],
+        cache_hit_rate=params["cache_hit_rate"],
+    )
+    for name, value in result.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            ctx.metric(name, value)
+    ctx.log(
+        f"A = {result['activation_ratio']:.4g}, G = {result['granularity']:.3g}, C = {result['training_flops']:.3g} "
+        f"FLOPs → EL {result['efficiency_leverage']:.3g} ({constants.source}); loss-matched dense model "
+        f"≈ {result['dense_equivalent_params'] / 1e6:.3g}M parameters, compute saving {result['compute_saving']:.1%}"
+    )
+    _sweep_charts(ctx, arch, constants, params["count_shared"])
+    (ctx.workdir / "plan.json").write_text(json.dumps({"plan": result, "constants": constants.to_json()}, indent=1))
+    ctx.artifact("plan.json", ctx.workdir / "plan.json", "application/json")
+    ctx.progress(1.0, "done")
+    return {"efficiency_leverage": result["efficiency_leverage"]}
+
+
+def _sweep_charts(ctx: JobContext, arch: Any, constants: Any, count_shared: bool) -> None:
+    import numpy as np
+
+    from mlcore.analysis.charts import line_chart
+    from mlcore.analysis.el import leverage
+
+    A, G, C = arch.activation(count_shared=count_shared), arch.granularity, arch.compute
+    label = f"constants: {constants.source}"
+    ratios = np.array([1, 1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128])
+    rows = [
+        {"A": float(a), "EL": float(e), "granularity": f"G = {g:g}"}
+        for g in sorted({1.0, 4.0, 8.0, 16.0, round(G, 3)})
+        for a, e in zip(ratios, leverage(ratios, g, C, constants))
+    ]
+    ctx.chart(
+        "el-vs-activation",
+        line_chart(
+            f"EL vs activation ratio at C = {C:.3g} FLOPs ({label})",
+            rows,
+            x="A",
+            y="EL",
+            color="granularity",
+            x_title="Activation ratio A (log scale)",
+            y_title="Efficiency leverage (×)",
+            x_log=True,
+        ),
+    )
+    grid = np.array([1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64])
+    rows = [
+        {"G": float(g), "EL": float(e), "series": f"A = {A:.3g}"} for g, e in zip(grid, leverage(A, grid, C, constants))
+    ]
+    ctx.chart(
+        "el-vs-granularity",
+        line_chart(
+            f"EL vs granularity at A = {A:.3g} ({label})",
+            rows,
+            x="G",
+            y="EL",
+            color="series",
+            x_title="Granularity G = 2·d_model/d_expert (log scale)",
+            y_title="Efficiency leverage (×)",
+            x_log=True,
+        ),
+    )
+    budgets = C * np.logspace(-3, 3, 13)
+    rows = [
+        {"C": float(c), "EL": float(e), "series": f"A = {A:.3g}, G = {G:.3g}"}
+        for c, e in zip(budgets, leverage(A, G, budgets, constants))
+    ]
+    ctx.chart(
+        "el-vs-compute",
+        line_chart(
+            f"EL vs training compute ({label})",
+            rows,
+            x="C",
+            y="EL",
+            color="series",
+            x_title="Training compute C (FLOPs, log scale)",
+            y_title="Efficiency leverage (×)",
+            x_log=True,
+        ),
+    )

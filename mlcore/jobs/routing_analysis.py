@@ -1,0 +1,330 @@
+"""``routing-analysis``: how well an MoE model suits expert offloading (local routing consistency).
+
+Records the model's routing on evaluation text (or reads an uploaded routing trace) and reports
+SRP(L), SCH(L, m) and the LRU / LFU / Belady cache hit rates with bootstrap CIs, per-layer
+heatmaps, local and global load balance, and a cache-size recommendation with its transfer cost
+(:mod:`mlcore.analysis.consistency`; Liang et al., "Not All Models Suit Expert Offloading", ICLR 2026).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mlcore.jobs import Dataset, File, Float, Int, JobContext, JobError, JobSpec, Model, Numbers, Seed
+
+MAX_TOKENS = 1_000_000
+
+
+def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
+    errors = []
+    if p["samples"] * p["seq_len"] > MAX_TOKENS:
+        errors.append(("samples", f"samples × sequence length may not exceed {MAX_TOKENS} tokens."))
+    if any(m < 1 for m in p["multiples"]):
+        errors.append(("multiples", "A cache must hold at least the active experts: use multiples ≥ 1."))
+    return errors
+
+
+spec = JobSpec(
+    name="routing-analysis",
+    title="Routing consistency and expert offloading",
+    summary="SRP and SCH (local routing consistency), expert-cache hit rates and a cache-size recommendation.",
+    version=1,
+    queue="gpu",
+    soft_time_limit=3600,
+    time_limit=3900,
+    params=(
+        Model(
+            name="model",
+            accepts=("hf-moe-lm",),
+            help="The MoE language model whose routing to record (e.g. zoo:moe-lm-tiny), unless you upload a trace.",
+        ),
+        Dataset(name="dataset", accepts=("text",), default="zoo:shakespeare", help="Evaluation text (its test split)."),
+        File(
+            name="trace",
+            formats=("safetensors",),
+            max_bytes=2 * 2**30,
+            help="Or upload a MoE Lab routing trace (safetensors, see mlcore/moe/traces.py) recorded elsewhere.",
+        ),
+        Int(name="samples", default=64, min=1, max=8192, help="Evaluation sequences to record."),
+        Int(name="seq_len", default=128, min=8, max=8192, help="Tokens per sequence (at most the model's context)."),
+        Numbers(
+            name="windows",
+            default=[4, 16, 64, 256],
+            integer=True,
+            min=1,
+            max=4096,
+            max_count=8,
+            help="Segment lengths L for SRP(L) and the SCH look-ahead.",
+        ),
+        Numbers(
+            name="multiples",
+            default=[1, 1.5, 2, 3, 4],
+            min=1,
+            max=64,
+            max_count=10,
+            help="Cache capacities, as multiples m of the active experts per layer (C = m·k).",
+        ),
+        Int(name="resamples", default=1000, min=0, max=5000, help="Bootstrap resamples (over sequences) for CIs."),
+        Float(
+            name="expert_megabytes",
+            default=0.0,
+            min=0.0,
+            max=1e6,
+            help="Size of one expert's weights in MiB, for transfer costs of an uploaded trace (0: unknown).",
+        ),
+        Seed(name="seed"),
+    ),
+    validate=_validate,
+    guide=(
+        "SRP(L) near 1 means one fixed expert set serves L consecutive tokens: the model suits offloading. "
+        "SCH(L, m) is the best hit rate a cache of m×k experts per layer reaches with L tokens of look-ahead; "
+        "Belady is the offline optimum and LRU/LFU what an online cache gets. Look for the knee of the hit-rate "
+        "curves (often near m = 2). Shaded bands are 95% bootstrap intervals over sequences; a locally "
+        "balanced router (high local balance) usually has low SRP."
+    ),
+    sample={"model": "zoo:moe-lm-tiny", "dataset": "zoo:shakespeare", "samples": 32, "resamples": 200, "seed": 0},
+)
+
+
+def _load_trace(path: Path) -> Any:
+    from mlcore.moe.traces import RoutingTrace, TraceError
+
+    try:
+        return RoutingTrace.load(path)
+    except TraceError as exc:
+        raise JobError(f"The uploaded trace is not a valid routing trace: {exc}.") from None
+
+
+def _record_trace(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> tuple[Any, list[int]]:
+    """Record the model's routing on the dataset's test split; returns the trace and bytes per expert."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from mlcore.data.packing import pack_windows
+    from mlcore.data.textset import TextDatasetError, load_text_dataset
+    from mlcore.hf import adapt, load_model
+    from mlcore.moe.traces import TraceMetadata, record_routing
+
+    folder = Path(inputs["model"])
+    model = load_model(folder, device=ctx.device)
+    model.eval()
+    adapter = adapt(model)
+    context = int(getattr(model.config, "max_position_embeddings", params["seq_len"]))
+    if params["seq_len"] > context:
+        raise JobError(f"Sequence length {params['seq_len']} exceeds the model's context of {context} tokens.")
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    try:
+        data = load_text_dataset(Path(inputs["dataset"]))
+        windows = pack_windows(
+            data.split("test") or data.split("train"),
+            lambda text: tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids,
+            eos_id=tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0,
+            length=params["seq_len"],
+            max_windows=params["samples"],
+        )
+    except (TextDatasetError, ValueError) as exc:
+        raise JobError(f"Evaluation text: {exc}.") from None
+    if len(windows) < params["samples"]:
+        ctx.log(f"the text yields {len(windows)} sequences of {params['seq_len']} tokens, fewer than asked")
+    batch = max(1, 8192 // params["seq_len"])
+    with torch.no_grad(), record_routing(model) as recorder:
+        for start in range(0, len(windows), batch):
+            ctx.raise_if_cancelled()
+            ids = windows[start : start + batch].to(ctx.device)
+            mask = torch.ones_like(ids)
+            with recorder.batch(mask):
+                model(input_ids=ids, attention_mask=mask)
+            ctx.progress(
+                0.3 * (start + len(ids)) / len(windows), f"recording routing {start + len(ids)}/{len(windows)}"
+            )
+    trace = recorder.to_trace(TraceMetadata(model=str(params["model"]), source=f"{data.name} (test split)"))
+    expert_bytes = [
+        sum(p.numel() * p.element_size() for p in info.experts.parameters()) // info.num_experts
+        for info in adapter.layers
+    ]
+    return trace, expert_bytes
+
+
+def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    from mlcore.analysis.consistency import analyse, recommend
+    from mlcore.analysis.routing import from_trace
+
+    ctx.progress(0.0, "reading the routing")
+    if "trace" in inputs:
+        trace = _load_trace(Path(inputs["trace"]))
+        megabytes = params["expert_megabytes"]
+        expert_bytes = [int(megabytes * 2**20)] * trace.num_layers if megabytes > 0 else None
+    elif "model" in inputs:
+        trace, expert_bytes = _record_trace(params, inputs, ctx)
+        if params["expert_megabytes"] > 0:
+            expert_bytes = [int(params["expert_megabytes"] * 2**20)] * trace.num_layers
+    else:
+        raise JobError("Pick a model (e.g. zoo:moe-lm-tiny) or upload a routing trace.")
+    routings = from_trace(trace)
+    longest = int(trace.sequence_lengths.max())
+    windows = [w for w in params["windows"] if w <= longest]
+    if not windows:
+        raise JobError(f"Every window length exceeds the longest sequence ({longest} tokens); choose smaller ones.")
+    if len(windows) < len(params["windows"]):
+        ctx.log(f"skipping window lengths longer than the longest sequence ({longest} tokens)")
+    meta = trace.metadata
+    ctx.log(
+        f"{trace.num_tokens} tokens in {len(trace.sequence_lengths)} sequences, {trace.num_layers} MoE layers, "
+        f"experts {sorted(set(meta.num_experts))}, top-k {sorted(set(meta.top_k))}, "
+        f"shared {sorted(set(meta.shared_experts))}"
+    )
+    trace_path = ctx.workdir / "routing_trace.safetensors"
+    trace.save(trace_path)
+    ctx.artifact("routing_trace.safetensors", trace_path, "application/octet-stream")
+
+    def on_step(fraction: float, stage: str) -> None:
+        ctx.raise_if_cancelled()
+        ctx.progress(0.3 + 0.65 * fraction, stage)
+
+    report = analyse(
+        routings,
+        list(meta.layers),
+        windows=windows,
+        multiples=sorted(params["multiples"]),
+        resamples=params["resamples"],
+        seed=params["seed"],
+        on_step=on_step,
+    )
+    advice = recommend(report, expert_bytes)
+    ctx.log(advice.sentence())
+    _publish(ctx, report, advice)
+    ctx.progress(1.0, "done")
+    return {"recommended_multiple": advice.multiple, "hit_rate": advice.hit_rate}
+
+
+def _publish(ctx: JobContext, report: Any, advice: Any) -> None:
+    from mlcore.analysis.charts import heatmap, line_chart, scatter
+    from mlcore.analysis.consistency import middle_window
+
+    for r in report.srp["model"]:
+        ctx.metric(f"srp_L{r.window}", r.srp)
+    for h in report.hit_rates["model"]:
+        suffix = f"_L{h.window}" if h.policy == "sch" else ""
+        ctx.metric(f"{h.policy}{suffix}_m{h.multiple:g}", h.rate)
+    ctx.metric("recommended_multiple", advice.multiple)
+    ctx.metric("recommended_hit_rate", advice.hit_rate)
+    if advice.transfer_bytes_per_token is not None:
+        ctx.metric("transfer_bytes_per_token", advice.transfer_bytes_per_token)
+
+    srp_rows = [
+        {"scope": scope, "L": r.window, "SRP": r.srp, "low": r.ci_low, "high": r.ci_high, "theta": r.theta}
+        for scope, results in report.srp.items()
+        for r in results
+    ]
+    ctx.chart(
+        "srp",
+        line_chart(
+            "SRP(L): how well one expert set serves a segment",
+            srp_rows,
+            x="L",
+            y="SRP",
+            color="scope",
+            x_title="Segment length L (tokens)",
+            y_title="SRP (F1, 0–1)",
+            x_log=True,
+            band=("low", "high"),
+        ),
+    )
+    model_rates = report.hit_rates["model"]
+    rate_rows = [
+        {
+            "policy": h.policy.upper() + (f" L={h.window}" if h.policy == "sch" else ""),
+            "m": h.multiple,
+            "hit_rate": h.rate,
+            "low": h.ci_low,
+            "high": h.ci_high,
+        }
+        for h in model_rates
+    ]
+    ctx.chart(
+        "hit-rates",
+        line_chart(
+            "Expert-cache hit rate vs capacity (all layers)",
+            rate_rows,
+            x="m",
+            y="hit_rate",
+            color="policy",
+            x_title="Cache capacity m (× active experts per layer)",
+            y_title="Hit rate (fraction of expert accesses)",
+            band=("low", "high"),
+        ),
+    )
+    layer_srp = [
+        {"layer": scope.removeprefix("layer "), "L": r.window, "SRP": r.srp}
+        for scope, results in report.srp.items()
+        if scope != "model"
+        for r in results
+    ]
+    ctx.chart(
+        "srp-per-layer",
+        heatmap(
+            "SRP per layer and segment length",
+            layer_srp,
+            x="L",
+            y="layer",
+            value="SRP",
+            x_title="Segment length L (tokens)",
+            y_title="Layer",
+            value_title="SRP",
+        ),
+    )
+    look = middle_window([r.window for r in report.srp["model"]])
+    layer_sch = [
+        {"layer": scope.removeprefix("layer "), "m": h.multiple, "SCH": h.rate}
+        for scope, rates in report.hit_rates.items()
+        if scope != "model"
+        for h in rates
+        if h.policy == "sch" and h.window == look
+    ]
+    ctx.chart(
+        "sch-per-layer",
+        heatmap(
+            f"SCH(L={look}, m) per layer",
+            layer_sch,
+            x="m",
+            y="layer",
+            value="SCH",
+            x_title="Cache capacity m (× active experts)",
+            y_title="Layer",
+            value_title="Hit rate",
+        ),
+    )
+    srp_at = {scope: next((r.srp for r in results if r.window == look), None) for scope, results in report.srp.items()}
+    balance_rows = [
+        {"layer": scope, "local_balance": value, "SRP": srp_at[scope]} for scope, value in report.local_balance.items()
+    ]
+    ctx.chart(
+        "consistency-vs-balance",
+        scatter(
+            f"Consistency vs local load balance (L = {look})",
+            balance_rows,
+            x="local_balance",
+            y="SRP",
+            label="layer",
+            x_title=f"Local load balance over {look}-token windows (normalised entropy, 0–1)",
+            y_title=f"SRP({look})",
+        ),
+    )
+    (ctx.workdir / "report.json").write_text(
+        json.dumps({**report.to_json(), "recommendation": {**vars(advice), "sentence": advice.sentence()}}, indent=1)
+    )
+    ctx.artifact("report.json", ctx.workdir / "report.json", "application/json")
+    lines = ["scope,policy,L,m,capacity,hit_rate,ci_low,ci_high"]
+    lines += [
+        f"{scope},{h.policy},{h.window},{h.multiple:g},{h.capacity},{h.rate:.6f},{h.ci_low:.6f},{h.ci_high:.6f}"
+        for scope, rates in report.hit_rates.items()
+        for h in rates
+    ]
+    (ctx.workdir / "hit_rates.csv").write_text("\n".join(lines) + "\n")
+    ctx.artifact("hit_rates.csv", ctx.workdir / "hit_rates.csv", "text/csv")
+    lines = ["scope,L,srp,theta,ci_low,ci_high"]
+    lines += [f"{r['scope']},{r['L']},{r['SRP']:.6f},{r['theta']},{r['low']:.6f},{r['high']:.6f}" for r in srp_rows]
+    (ctx.workdir / "srp.csv").write_text("\n".join(lines) + "\n")
+    ctx.artifact("srp.csv", ctx.workdir / "srp.csv", "text/csv")

@@ -1,0 +1,73 @@
+"""The library in a browser: upload a small Hugging Face MoE checkpoint (chunked, validated by a
+real worker), pick it in a job form, run the job, and follow the lineage links from its result to
+the item it made and back to the job."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import Page, expect
+
+from tests.e2e.test_job_in_the_browser import log_in
+from tests.webapp.library.conftest import KINDS, library_dirs, library_kinds, tiny_moe, zip_folder  # noqa: F401
+from tests.workers.processes import WorkerProcess
+from webapp.library.models import LibraryItem
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_an_uploaded_model_is_picked_in_a_job_form_and_its_lineage_followed(
+    live_server,
+    page: Page,
+    owner: User,
+    tiny_moe: Path,  # noqa: F811
+    library_dirs: Path,  # noqa: F811
+    start_worker: Callable[..., WorkerProcess],
+    screenshots: Path,
+) -> None:
+    archive = library_dirs / "tiny-mixtral.zip"
+    archive.write_bytes(zip_folder(tiny_moe, "tiny-mixtral/"))
+    start_worker("library", MOELAB_EXTRA_KINDS=KINDS, MOELAB_LIBRARY_CACHE=str(library_dirs / "worker-cache"))
+    base = live_server.url
+    log_in(page, base, owner)
+
+    # Upload: the page sends the file in chunks, then a worker validates it and writes the card.
+    page.click("nav >> text=Library")
+    page.click("[data-action=add-item]")
+    page.fill("#upload-name", "tiny mixtral")
+    page.select_option("#upload-kind", "hf-moe-lm")
+    page.set_input_files("#upload-file", str(archive))
+    page.click("form[data-library-upload] button[type=submit]")
+    page.wait_for_url(re.compile(r".*/library/\d+/$"))
+    expect(page.locator("[data-card-field=experts_per_layer]")).to_have_text("8", timeout=60_000)
+    expect(page.locator("[data-card-field=architecture]")).to_have_text("Mixtral")
+    item = LibraryItem.objects.get(name="tiny mixtral")
+    assert item.is_ready and item.size == archive.stat().st_size
+    page.screenshot(path=str(screenshots / "library-item.png"), full_page=True)
+
+    # Pick it in a job form: the model picker lists it, and the job runs on it.
+    page.goto(f"{base}/t/routing-lab/submit/test-library-consumer/")
+    page.select_option("#param-model", item.reference)
+    page.click("main button[type=submit]")
+    page.wait_for_url(f"{base}/jobs/*/")
+    job_id = page.url.rstrip("/").rsplit("/", 1)[-1]
+    expect(page.locator("#job-live")).to_have_attribute("data-status", "succeeded", timeout=60_000)
+
+    # Lineage from the result: the item the job made, which names the job that made it.
+    made = page.locator("[data-job-lineage] [data-made-item]")
+    expect(made).to_have_text("summary of the inputs", timeout=20_000)
+    expect(page.locator("[data-job-lineage] [data-used-item]")).to_have_text("tiny mixtral")
+    made.click()
+    page.wait_for_url(re.compile(r".*/library/\d+/$"))
+    expect(page.locator("[data-made-by]")).to_have_attribute("href", f"/jobs/{job_id}/")
+    page.click("[data-made-by]")
+    page.wait_for_url(f"{base}/jobs/{job_id}/")
+
+    # And the model's page lists the job among its users.
+    page.goto(f"{base}/library/{item.pk}/")
+    expect(page.locator(f"[data-used-by] a[href='/jobs/{job_id}/']")).to_have_count(1)
+    page.screenshot(path=str(screenshots / "library-lineage.png"), full_page=True)
