@@ -114,6 +114,8 @@ def _record_trace(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContex
     context = int(getattr(model.config, "max_position_embeddings", params["seq_len"]))
     if params["seq_len"] > context:
         raise JobError(f"Sequence length {params['seq_len']} exceeds the model's context of {context} tokens.")
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise JobError("The model has no tokenizer; include tokenizer.json next to config.json, or upload a trace.")
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     try:
         data = load_text_dataset(Path(inputs["dataset"]))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.e2e.test_job_in_the_browser import log_in
 from tests.webapp.library.conftest import KINDS, library_dirs, library_kinds, tiny_moe, zip_folder  # noqa: F401
@@ -41,8 +41,25 @@ def test_an_uploaded_model_is_picked_in_a_job_form_and_its_lineage_followed(
     page.fill("#upload-name", "tiny mixtral")
     page.select_option("#upload-kind", "hf-moe-lm")
     page.set_input_files("#upload-file", str(archive))
+    # Small chunks, and the connection drops on the second one: the page asks where the server
+    # stands and resumes from there.
+    page.eval_on_selector("form[data-library-upload]", "form => { form.dataset.chunkBytes = 65536; }")
+    sent: list[str] = []
+    dropped: list[str] = []
+
+    def flaky(route: Route) -> None:
+        offset = route.request.url.rsplit("offset=", 1)[1]
+        sent.append(offset)
+        if offset == "65536" and not dropped:
+            dropped.append(offset)
+            route.abort("connectionreset")
+        else:
+            route.continue_()
+
+    page.route("**/chunk?offset=*", flaky)
     page.click("form[data-library-upload] button[type=submit]")
     page.wait_for_url(re.compile(r".*/library/\d+/$"))
+    assert sent == ["0", "65536", "65536", "131072"], sent
     expect(page.locator("[data-card-field=experts_per_layer]")).to_have_text("8", timeout=60_000)
     expect(page.locator("[data-card-field=architecture]")).to_have_text("Mixtral")
     item = LibraryItem.objects.get(name="tiny mixtral")
@@ -71,3 +88,7 @@ def test_an_uploaded_model_is_picked_in_a_job_form_and_its_lineage_followed(
     page.goto(f"{base}/library/{item.pk}/")
     expect(page.locator(f"[data-used-by] a[href='/jobs/{job_id}/']")).to_have_count(1)
     page.screenshot(path=str(screenshots / "library-lineage.png"), full_page=True)
+    page.click("nav >> text=Library")
+    expect(page.locator(f"tr[data-item='{item.pk}']")).to_have_attribute("data-status", "ready")
+    expect(page.locator("tr[data-builtin=moe-lm-tiny]")).to_have_count(1)
+    page.screenshot(path=str(screenshots / "library.png"), full_page=True)

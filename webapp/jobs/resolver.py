@@ -40,7 +40,8 @@ class PlatformResolver:
             from webapp.library.selectors import item_for_reference
             from webapp.library.storage import local_copy
 
-            return local_copy(item_for_reference(self.team, param, reference))  # type: ignore[arg-type]
+            assert self.team is not None  # check_reference refused a library item without a team
+            return local_copy(item_for_reference(self.team, param, reference))
         item = builtin_for(param, reference)
         assert item is not None  # check_reference refused everything else
         return materialize(item, self.cache)

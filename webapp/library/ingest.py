@@ -20,7 +20,7 @@ from webapp.jobs.models import Job
 from webapp.library import storage
 from webapp.library.kinds import category_of
 from webapp.library.models import LibraryItem
-from webapp.library.validation import card_for, check_tree, files_of, tree_sha256, unpack_item
+from webapp.library.validation import card_for, files_of, tree_sha256, unpack_item
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,7 @@ def _validate_blob(item: LibraryItem, scratch: Path) -> dict[str, Any]:
 
 def _validate_path(item: LibraryItem) -> dict[str, Any]:
     root = Path(item.worker_path)
-    check_tree(root)
-    if not root.exists():
+    if not root.exists() and not root.is_symlink():
         raise JobError(f"{item.worker_path} does not exist on this worker; register a path every worker has.")
     card = card_for(item.kind, category_of(item.kind), root)
     item.sha256 = tree_sha256(root)

@@ -30,7 +30,7 @@ def unpack_item(blob: Path, target: Path) -> Path:
     fmt = sniff.sniff(blob)
     if fmt in ARCHIVES:
         sniff.unpack(blob, target)
-        children = [p for p in target.iterdir()]
+        children = list(target.iterdir())
         # An archive of one folder ("my-model/config.json, ...") is that folder.
         return children[0] if len(children) == 1 and children[0].is_dir() else target
     target.mkdir(parents=True, exist_ok=True)

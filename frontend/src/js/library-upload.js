@@ -36,10 +36,11 @@ function showError(form, message) {
 }
 
 async function sendChunks(form, upload, file) {
+  const chunkBytes = Number(form.dataset.chunkBytes) || CHUNK_BYTES;
   let offset = upload.offset;
   let failures = 0;
   while (offset < file.size) {
-    const chunk = file.slice(offset, Math.min(offset + CHUNK_BYTES, file.size));
+    const chunk = file.slice(offset, Math.min(offset + chunkBytes, file.size));
     let result;
     try {
       result = await call(`${upload.url}chunk?offset=${offset}`, {

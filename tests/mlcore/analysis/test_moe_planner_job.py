@@ -75,3 +75,15 @@ def test_each_spec_s_sample_passes_its_own_validation(name):
     spec = get_kind(name).spec
     assert spec.clean(spec.sample)
     assert spec.guide
+
+
+def test_the_bundled_constants_are_labelled_as_a_toy_scale_fit():
+    outcome, ctx = run({"constants": "bundled"})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert "toy-scale" in ctx.charts["el-vs-compute"]["title"]
+    assert any("bundled constants: bench-el mini-study" in line for line in ctx.lines)
+
+
+def test_bundled_constants_refuse_the_other_input_convention():
+    outcome, _ = run({"constants": "bundled", "input": "activation"})
+    assert outcome.status == "failed" and "input=sparsity" in outcome.error
