@@ -10,4 +10,5 @@ BENCHMARKS: dict[str, str] = {
     "compress": "mlcore.bench.compress",
     "analysis": "mlcore.bench.analysis",
     "el": "mlcore.bench.el",
+    "distill": "mlcore.bench.distill",
 }

@@ -73,17 +73,16 @@ class Config:
 
 TIERS: dict[str, dict[str, Any]] = {
     "quick": {
-        "budget_steps": (150, 300, 600),  # steps of the d=64 model; other widths get the same FLOPs
+        "budget_steps": (120, 240, 480),  # steps of the d=64 dense model; every run of a budget gets its FLOPs
         "configs": (
             Config(48, 1, 1),
             Config(64, 1, 1),
-            Config(64, 1 / 4, 1),
-            Config(64, 1 / 4, 2),
-            Config(64, 1 / 8, 2),
-            Config(64, 1 / 2, 2),
-            # MoEs at the width the small budgets favour, so the comparison with the dense frontier is fair.
+            # MoEs at the width these budgets favour (d=48 beats d=64 dense here), over A and G.
+            Config(48, 1 / 4, 1),
             Config(48, 1 / 4, 2),
+            Config(48, 1 / 4, 4),
             Config(48, 1 / 8, 2),
+            Config(48, 1 / 2, 2),
         ),
         "eval_windows": 64,
     },
@@ -91,7 +90,7 @@ TIERS: dict[str, dict[str, Any]] = {
         "budget_steps": (100, 200, 400, 800),
         "configs": (
             *(Config(d, 1, 1) for d in (32, 48, 64, 96)),
-            *(Config(64, a, g) for a in (1 / 2, 1 / 4, 1 / 8, 1 / 16) for g in (1, 2, 4, 8)),
+            *(Config(48, a, g) for a in (1 / 2, 1 / 4, 1 / 8, 1 / 16) for g in (1, 2, 4, 8)),
         ),
         "eval_windows": 128,
     },
@@ -409,8 +408,10 @@ def run(tier: str, results: Path) -> None:
     if full is not None:
         constants = {k: v for k, v in full["constants"].items() if k != "best_granularity"}
         constants["source"] = (
-            f"bench-el mini-study ({tier} tier, toy byte-level LMs d=64; {len(analysis['leverage'])} MoE runs): "
+            f"bench-el mini-study ({tier} tier, toy byte-level LMs d=48; {len(analysis['leverage'])} MoE runs): "
             "toy-scale, do not extrapolate"
         )
-        CONSTANTS.write_text(json.dumps({"constants": constants, "intervals": full["intervals"]}, indent=1) + "\n")
+        compute = [x["C"] for x in analysis["leverage"]]
+        bundle = {"constants": constants, "intervals": full["intervals"], "compute_range": [min(compute), max(compute)]}
+        CONSTANTS.write_text(json.dumps(bundle, indent=1) + "\n")
     write_results(results, "el", markdown(data), data)

@@ -95,14 +95,15 @@ spec = JobSpec(
 )
 
 
-def _constants(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> Any:
+def _constants(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> tuple[Any, list[float] | None]:
+    """The law's constants and the compute range [min, max] of the runs they were fitted on (if known)."""
     from mlcore.analysis.el import ELConstants
 
     shape = {"input": params["input"], "x_max": params["x_max"]}
     if params["constants"] == "user":
         return ELConstants(
             a=params["a"], d=params["d"], beta=params["beta"], gamma=params["gamma"], source="user-supplied", **shape
-        )
+        ), None
     if params["constants"] == "bundled":
         if not BUNDLED.is_file():
             raise JobError("No bundled fit is installed; run `make bench-el`, or upload runs, or give constants.")
@@ -110,7 +111,8 @@ def _constants(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) 
         if data["constants"]["input"] != params["input"]:
             raise JobError(f"The bundled fit uses input={data['constants']['input']}; pick that input convention.")
         ctx.log(f"bundled constants: {data['constants']['source']}")
-        return ELConstants(**{k: v for k, v in data["constants"].items() if k != "best_granularity"})
+        constants = ELConstants(**{k: v for k, v in data["constants"].items() if k != "best_granularity"})
+        return constants, data.get("compute_range")
     if "runs" not in inputs:
         raise JobError("Upload a runs CSV to fit the law, or pick the bundled or your own constants.")
     return _fit_runs(params, Path(inputs["runs"]), ctx)
@@ -169,14 +171,14 @@ def _fit_runs(params: dict[str, Any], path: Path, ctx: JobContext) -> Any:
         json.dumps({"fit": fit.to_json(), "dense_law": vars(law), "holdout": [vars(s) for s in scores]}, indent=1)
     )
     ctx.artifact("fit.json", ctx.workdir / "fit.json", "application/json")
-    return fit.constants
+    return fit.constants, [float(C.min()), float(C.max())]
 
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     from mlcore.analysis.plan import Architecture, plan
 
     ctx.progress(0.0, "loading constants")
-    constants = _constants(params, inputs, ctx)
+    constants, fitted_range = _constants(params, inputs, ctx)
     arch = Architecture(
         d_model=params["d_model"],
         layers=params["layers"],
@@ -204,11 +206,25 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         f"FLOPs → EL {result['efficiency_leverage']:.3g} ({constants.source}); loss-matched dense model "
         f"≈ {result['dense_equivalent_params'] / 1e6:.3g}M parameters, compute saving {result['compute_saving']:.1%}"
     )
+    if fitted_range is not None:
+        _warn_if_extrapolating(ctx, result["training_flops"], fitted_range)
     _sweep_charts(ctx, arch, constants, params["count_shared"])
     (ctx.workdir / "plan.json").write_text(json.dumps({"plan": result, "constants": constants.to_json()}, indent=1))
     ctx.artifact("plan.json", ctx.workdir / "plan.json", "application/json")
     ctx.progress(1.0, "done")
     return {"efficiency_leverage": result["efficiency_leverage"]}
+
+
+def _warn_if_extrapolating(ctx: JobContext, compute: float, fitted_range: list[float]) -> None:
+    """A law fitted on one compute range says little far outside it; the paper fits up to 10²² FLOPs."""
+    low, high = fitted_range
+    beyond = math.log10(compute / high) if compute > high else math.log10(low / compute) if compute < low else 0.0
+    ctx.metric("orders_of_magnitude_outside_fit", beyond)
+    if beyond > 0.5:
+        ctx.log(
+            f"WARNING: C = {compute:.3g} FLOPs lies {beyond:.1f} orders of magnitude outside the compute of the runs "
+            f"the constants were fitted on ({low:.3g}–{high:.3g} FLOPs): treat EL as an extrapolation."
+        )
 
 
 def _sweep_charts(ctx: JobContext, arch: Any, constants: Any, count_shared: bool) -> None:

@@ -24,6 +24,7 @@ KIND_MODULES: tuple[str, ...] = (
     "mlcore.jobs.moe_profile",
     "mlcore.jobs.routing_analysis",
     "mlcore.jobs.moe_planner",
+    "mlcore.jobs.distill",
 )
 
 

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from mlcore.analysis.cache import POLICIES, capacity_for, compulsory_misses, simulate
-from mlcore.analysis.routing import LayerRouting, synthetic
 from mlcore.analysis.reference import brute_force_hits
+from mlcore.analysis.routing import LayerRouting, synthetic
 
 MULTIPLES = [1, 1.5, 2, 3, 4]
 

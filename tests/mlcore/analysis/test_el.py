@@ -5,19 +5,8 @@ import pytest
 
 from mlcore.analysis.el import ELConstants, fit_dense_law, fit_law, leverage, transformed
 from mlcore.analysis.el_holdout import leave_one_budget_out
-from mlcore.analysis.runs import Run, RunsError, measured_leverage, parse_row, read_runs, write_runs
-
-TRUE = ELConstants(a=0.6, d=0.02, beta=0.3, gamma=-0.08, x_max=1024)
-ACTIVATIONS = [1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32]
-GRANULARITIES = [1, 2, 4, 8, 16]
-BUDGETS = [1e15, 1e16, 1e17, 1e18]
-
-
-def _grid(noise: float, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    A, G, C = (np.array(v, dtype=float).ravel() for v in np.meshgrid(ACTIVATIONS, GRANULARITIES, BUDGETS))
-    el = leverage(A, G, C, TRUE) * np.exp(rng.normal(scale=noise, size=A.shape))
-    return A, G, C, el
+from mlcore.analysis.runs import RunsError, measured_leverage, parse_row, read_runs, write_runs
+from tests.mlcore.analysis.synthetic_el import ACTIVATIONS, BUDGETS, TRUE, synthetic_grid, synthetic_runs
 
 
 def test_the_transform_is_one_for_a_dense_model_and_saturates_at_x_max():
@@ -40,8 +29,8 @@ def test_the_best_granularity_is_where_leverage_peaks():
     assert ELConstants(a=0.5, beta=0.1, gamma=0.01).best_granularity is None
 
 
-def test_the_fitter_recovers_known_parameters_from_noisy_synthetic_runs():
-    fit = fit_law(*_grid(noise=0.01), resamples=100)
+def test_the_fitter_recovers_known_parameters_from_noisy_syntheticsynthetic_runs():
+    fit = fit_law(*synthetic_grid(noise=0.01), resamples=100)
     for name in ("a", "d", "beta", "gamma"):
         low, high = fit.intervals[name]
         # A 95% interval misses now and then; the truth must still lie within one width of it.
@@ -52,8 +41,8 @@ def test_the_fitter_recovers_known_parameters_from_noisy_synthetic_runs():
     assert fit.constants.best_granularity == pytest.approx(TRUE.best_granularity, rel=0.1)
 
 
-def test_the_huber_fit_shrugs_off_a_few_wild_runs():
-    A, G, C, el = _grid(noise=0.005)
+def test_the_huber_fit_shrugs_off_a_few_wildsynthetic_runs():
+    A, G, C, el = synthetic_grid(noise=0.005)
     el[::25] *= 20  # four corrupted runs
     robust = fit_law(A, G, C, el, resamples=0, delta=0.02)
     squares = fit_law(A, G, C, el, resamples=0, delta=1e6)
@@ -62,24 +51,14 @@ def test_the_huber_fit_shrugs_off_a_few_wild_runs():
 
 
 def test_feeding_the_activation_ratio_instead_of_sparsity_flips_the_exponent_sign():
-    fit = fit_law(*_grid(noise=0.0), variant="activation-only", input="activation", resamples=0)
+    fit = fit_law(*synthetic_grid(noise=0.0), variant="activation-only", input="activation", resamples=0)
     assert fit.constants.a < 0
-    assert fit_law(*_grid(noise=0.0), variant="activation-only", resamples=0).constants.a > 0
-
-
-def _runs(noise: float = 0.0) -> list[Run]:
-    """Dense runs on L(C) = 20·C^-0.05 and MoE runs whose loss a dense model reaches with EL× compute."""
-    runs = [Run(f"dense-{c:g}", "dense", 1e6, 1e6, 1, 1, 0, 1, c / 6e6, c, 20 * c**-0.05) for c in BUDGETS]
-    A, G, C, el = _grid(noise)
-    for a, g, c, e in zip(A, G, C, el):
-        experts = round(8 / a)
-        runs.append(Run(f"moe-{a:g}-{g:g}-{c:g}", "moe", 8e6, 1e6, experts, 8, 0, g, c / 6e6, c, 20 * (e * c) ** -0.05))
-    return runs
+    assert fit_law(*synthetic_grid(noise=0.0), variant="activation-only", resamples=0).constants.a > 0
 
 
 def test_measured_leverage_inverts_the_dense_law_and_the_full_law_predicts_held_out_budgets_best(tmp_path):
     path = tmp_path / "runs.csv"
-    write_runs(_runs(), path)
+    write_runs(synthetic_runs(), path)
     law, leverages = measured_leverage(read_runs(path))
     assert law.b == pytest.approx(0.05)
     first = leverages[0]

@@ -1,4 +1,5 @@
 import json
+
 import pytest
 
 from mlcore.analysis.runs import write_runs
@@ -6,7 +7,7 @@ from mlcore.jobs import InMemoryContext
 from mlcore.jobs.references import LocalResolver
 from mlcore.jobs.registry import get_kind
 from mlcore.jobs.runner import execute, prepare
-from tests.mlcore.analysis.test_el import TRUE, _runs
+from tests.mlcore.analysis.synthetic_el import TRUE, synthetic_runs
 
 PROPOSAL = {"d_model": 256, "layers": 4, "experts": 32, "top_k": 4, "d_expert": 128, "tokens": 1e9, "seed": 0}
 
@@ -20,7 +21,7 @@ def run(raw, files=None, ctx=None):
 
 def test_it_fits_uploaded_runs_and_plans_a_configuration(tmp_path):
     path = tmp_path / "runs.csv"
-    write_runs(_runs(noise=0.01), path)
+    write_runs(synthetic_runs(noise=0.01), path)
     outcome, ctx = run({"constants": "fit-runs", "resamples": 30}, {"runs": [path]})
     assert outcome.status == "succeeded", outcome.traceback
     assert ctx.metrics.scalars["fit/gamma"] == pytest.approx(TRUE.gamma, abs=0.01)
@@ -34,6 +35,7 @@ def test_it_fits_uploaded_runs_and_plans_a_configuration(tmp_path):
     assert {"fit", "el-vs-activation", "el-vs-granularity", "el-vs-compute"} <= set(ctx.charts)
     plan = json.loads(ctx.artifacts["plan.json"].path.read_text())
     assert plan["constants"]["source"] == "fitted on runs.csv"
+    assert scalars["orders_of_magnitude_outside_fit"] == 0  # 1.6e16 FLOPs lies inside the runs' 1e15–1e18
 
 
 def test_user_constants_give_the_law_s_value():
@@ -55,7 +57,7 @@ def test_offload_traffic_shrinks_with_the_cache_hit_rate():
 
 def test_a_runs_table_with_a_bad_row_is_refused_naming_the_row(tmp_path):
     path = tmp_path / "runs.csv"
-    write_runs(_runs(), path)
+    write_runs(synthetic_runs(), path)
     lines = path.read_text().splitlines()
     lines[3] = lines[3].replace("moe", "sparse") if "moe" in lines[3] else lines[3].replace("dense", "sparse")
     path.write_text("\n".join(lines) + "\n")
@@ -82,6 +84,9 @@ def test_the_bundled_constants_are_labelled_as_a_toy_scale_fit():
     assert outcome.status == "succeeded", outcome.traceback
     assert "toy-scale" in ctx.charts["el-vs-compute"]["title"]
     assert any("bundled constants: bench-el mini-study" in line for line in ctx.lines)
+    # The proposal trains with ~10^17 FLOPs, far beyond the toy study's ~10^11: the job says so.
+    assert ctx.metrics.scalars["orders_of_magnitude_outside_fit"] > 4
+    assert any(line.startswith("WARNING: C = ") for line in ctx.lines)
 
 
 def test_bundled_constants_refuse_the_other_input_convention():

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 
 from mlcore.analysis.balance import global_balance, local_balance
+from mlcore.analysis.reference import brute_force_srp
 from mlcore.analysis.routing import LayerRouting, synthetic
 from mlcore.analysis.srp import bootstrap_srp, srp_from_histogram, window_histograms
-from mlcore.analysis.reference import brute_force_srp
 
 
 def _srp(routing: LayerRouting, window: int) -> float:

@@ -1,0 +1,274 @@
+"""``distill``: distil an MoE language model into a small dense student with AMiD or a baseline loss.
+
+The teacher is a ``hf-moe-lm`` (zoo, or a library item); the student is a dense Qwen3 causal LM of
+the requested size sharing the teacher's tokenizer. Training windows come from the chosen text's
+train split, evaluation windows from its test split. Reports held-out forward and reverse KL to
+the teacher, top-1 agreement, the student's perplexity, the teacher's NLL of student samples,
+gradient-norm statistics and non-finite step counts, with loss, gradient-norm and held-out KL
+curves; the student is saved as a loadable checkpoint (with the teacher's tokenizer).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mlcore.jobs import Bool, Choice, Dataset, Estimate, File, Float, Int, JobContext, JobError, JobSpec, Model, Seed
+
+LOSSES = ("amid", "fkl", "rkl", "skew-kl", "taid", "abkd")
+MAX_TRAIN_TOKENS = 4_000_000
+
+
+def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
+    errors = []
+    if p["student_hidden"] % p["student_heads"]:
+        errors.append(("student_heads", f"Must divide the student's hidden size ({p['student_hidden']})."))
+    if p["train_windows"] * p["seq_len"] > MAX_TRAIN_TOKENS:
+        errors.append(("train_windows", f"train windows × sequence length may not exceed {MAX_TRAIN_TOKENS} tokens."))
+    if p["loss"] == "amid" and p["divergence"] == "ab" and 0 in (p["ab_a"], p["ab_b"], p["ab_a"] + p["ab_b"]):
+        errors.append(("ab_a", "The α-β divergence needs a, b and a + b non-zero."))
+    return errors
+
+
+def _estimate(p: dict[str, Any]) -> Estimate:
+    # Dominated by logits: the cached teacher pool plus a batch's student, teacher and loss tensors.
+    vocab = 50_000  # an upper bound for the zoo and typical uploads; the job re-checks with the real vocabulary
+    pool = min(p["train_windows"] * p["seq_len"] * vocab * 4, 512 * 2**20)
+    step = p["batch_size"] * p["seq_len"] * vocab * 4 * 12
+    return Estimate(memory_bytes=pool + step + 2 * 2**30, seconds=0.2 * p["steps"])
+
+
+spec = JobSpec(
+    name="distill",
+    title="Distil a language model (AMiD and baselines)",
+    summary="Train a small student to imitate a teacher LM through AMiD's α-mixture or a classic KD loss.",
+    version=1,
+    queue="gpu",
+    soft_time_limit=6 * 3600,
+    time_limit=6 * 3600 + 300,
+    params=(
+        Model(name="model", accepts=("hf-moe-lm",), default="zoo:moe-lm-tiny", help="The teacher (a causal MoE LM)."),
+        Dataset(name="dataset", accepts=("text",), default="zoo:stdlib-docs", help="Text to distil on."),
+        File(
+            name="text_file",
+            formats=("txt", "json"),
+            max_bytes=200 * 2**20,
+            help='Or upload text: plain UTF-8, or JSONL with a "text" field per line.',
+        ),
+        Int(name="student_hidden", default=32, min=8, max=4096, help="Student width."),
+        Int(name="student_layers", default=2, min=1, max=48, help="Student transformer layers."),
+        Int(name="student_intermediate", default=64, min=8, max=16384, help="Student MLP width."),
+        Int(name="student_heads", default=2, min=1, max=64, help="Student attention heads (divide the width)."),
+        Choice(
+            name="loss",
+            default="amid",
+            options=LOSSES,
+            help="AMiD (α, λ below), forward KL, reverse KL, skew KL (α=−1, λ=0.1), TAID (λ 0.4→1), ABKD.",
+        ),
+        Float(name="alpha", default=0.5, min=-10.0, max=10.0, help="AMiD α: −1 arithmetic, 1 geometric, 3 harmonic."),
+        Float(name="lam", label="λ", default=0.5, min=0.0, max=1.0, help="AMiD's teacher weight in the assistant."),
+        Choice(name="divergence", default="ab", options=("ab", "kl"), help="AMiD's divergence: α-β or forward KL."),
+        Choice(
+            name="order",
+            default="p||r",
+            options=("p||r", "r||p", "q||r", "r||q"),
+            help="AMiD's argument order: D(p‖r) is the default (p teacher, q student, r assistant).",
+        ),
+        Float(name="ab_a", default=0.2, min=-5.0, max=5.0, help="α-β divergence a (AMiD and ABKD)."),
+        Float(name="ab_b", default=0.7, min=-5.0, max=5.0, help="α-β divergence b (AMiD and ABKD)."),
+        Bool(name="detach_q", default=False, help="AMiD: stop the gradient through the student inside r (TAID does)."),
+        Int(name="steps", default=400, min=1, max=200_000, help="Optimiser steps."),
+        Int(name="batch_size", default=8, min=1, max=1024, help="Sequences per step."),
+        Float(name="lr", default=1e-3, min=1e-6, max=1.0, help="AdamW peak learning rate (cosine schedule)."),
+        Int(name="seq_len", default=64, min=8, max=4096, help="Tokens per sequence."),
+        Int(name="train_windows", default=256, min=1, max=100_000, help="Training sequences (the pool is reused)."),
+        Int(name="eval_windows", default=64, min=1, max=4096, help="Held-out sequences."),
+        Int(name="eval_every", default=50, min=0, max=100_000, help="Held-out evaluation interval (0: end only)."),
+        Bool(name="bf16", default=False, help="Run the student and the loss under bf16 autocast."),
+        Seed(name="seed"),
+    ),
+    validate=_validate,
+    estimate=_estimate,
+    guide=(
+        "Lower held-out forward KL (p‖q) means the student covers the teacher's distribution; lower reverse KL "
+        "(q‖p) that it avoids what the teacher deems unlikely. Top-1 agreement counts tokens where both pick the "
+        "same next token. Non-finite steps were skipped; a large gradient-norm spread signals an unstable loss."
+    ),
+    sample={"steps": 60, "train_windows": 32, "eval_windows": 16, "eval_every": 20, "seed": 0},
+)
+
+
+def _loss_config(p: dict[str, Any]) -> Any:
+    from dataclasses import replace
+
+    from mlcore.distill.amid import PRESETS, amid_config
+
+    ab = (p["ab_a"], p["ab_b"])
+    if p["loss"] == "amid":
+        return amid_config(
+            p["alpha"], p["lam"], divergence=p["divergence"], order=p["order"], detach_q=p["detach_q"], ab=ab
+        )
+    return replace(PRESETS[p["loss"]], ab=ab)
+
+
+def _texts(inputs: dict[str, Any]) -> tuple[str, list[str], list[str]]:
+    from mlcore.data.textset import TextDatasetError, load_text_dataset
+
+    try:
+        data = load_text_dataset(Path(inputs["text_file"] if "text_file" in inputs else inputs["dataset"]))
+    except TextDatasetError as exc:
+        raise JobError(f"Text: {exc}.") from None
+    return data.name, data.split("train"), data.split("test") + data.split("calibration")
+
+
+def _load_teacher(folder: Path, device: Any) -> tuple[Any, Any]:
+    from transformers import AutoTokenizer
+
+    from mlcore.hf import load_model
+
+    if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").is_file():
+        raise JobError("The teacher checkpoint has no tokenizer; include tokenizer.json next to config.json.")
+    try:
+        model = load_model(folder, device=device)
+    except (RuntimeError, ValueError, OSError, KeyError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise JobError(f"Could not load the teacher: {first[:300]}.") from None
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    if tokenizer.eos_token_id is None:
+        raise JobError("The teacher's tokenizer has no end-of-text token; set eos_token in tokenizer_config.json.")
+    return model.requires_grad_(False), tokenizer
+
+
+def _line_chart(title: str, rows: list[dict[str, Any]], y: str, y_title: str, *, color: str | None = None) -> dict:
+    encoding: dict[str, Any] = {
+        "x": {"field": "step", "type": "quantitative", "title": "Step"},
+        "y": {"field": y, "type": "quantitative", "title": y_title},
+    }
+    if color:
+        encoding["color"] = {"field": color, "type": "nominal", "title": color.replace("_", " ").capitalize()}
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "title": title,
+        "data": {"values": rows},
+        "mark": "line",
+        "encoding": encoding,
+    }
+
+
+def _curves(ctx: JobContext, result: Any) -> None:
+    stride = max(1, len(result.loss) // 500)  # at most ~500 points per curve in the page
+    loss = [{"step": s, "loss": v} for s, v in result.loss[::stride]]
+    norms = [{"step": s, "grad_norm": v} for s, v in result.grad_norm[::stride]]
+    ctx.chart("loss", _line_chart("Distillation loss", loss, "loss", "Loss per token"))
+    ctx.chart("grad_norm", _line_chart("Gradient norm (before clipping)", norms, "grad_norm", "‖g‖₂"))
+    heldout = [
+        {"step": step, "kl": metrics[name], "direction": label}
+        for step, metrics in result.evals
+        for name, label in (("forward_kl", "forward KL(p‖q)"), ("reverse_kl", "reverse KL(q‖p)"))
+    ]
+    ctx.chart(
+        "heldout_kl", _line_chart("Held-out KL to the teacher", heldout, "kl", "Nats per token", color="direction")
+    )
+
+
+def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    from mlcore.distill.pipeline import TrainConfig, build_student, distill, parameter_count, sample_quality
+    from mlcore.distill.pipeline import student_config as make_student_config
+    from mlcore.eval.perplexity import heldout_windows
+
+    if "model" not in inputs:
+        raise JobError("Pick a teacher model (e.g. zoo:moe-lm-tiny).")
+    if "text_file" not in inputs and "dataset" not in inputs:
+        raise JobError("Pick a text dataset (e.g. zoo:stdlib-docs) or upload a text file.")
+    loss_config = _loss_config(params)
+    ctx.progress(0.0, "loading the teacher")
+    teacher, tokenizer = _load_teacher(Path(inputs["model"]), ctx.device)
+    context = int(getattr(teacher.config, "max_position_embeddings", params["seq_len"]))
+    if params["seq_len"] > context:
+        raise JobError(f"Sequence length {params['seq_len']} exceeds the teacher's context ({context}); lower it.")
+    name, train_texts, test_texts = _texts(inputs)
+    train = heldout_windows(tokenizer, train_texts, length=params["seq_len"], max_windows=params["train_windows"])
+    heldout = heldout_windows(tokenizer, test_texts, length=params["seq_len"], max_windows=params["eval_windows"])
+    if len(train) < 1 or len(heldout) < 1:
+        raise JobError(f"The text yields too few {params['seq_len']}-token sequences; upload more or shorten them.")
+
+    config = make_student_config(
+        teacher.config,
+        hidden=params["student_hidden"],
+        layers=params["student_layers"],
+        intermediate=params["student_intermediate"],
+        heads=params["student_heads"],
+    )
+    student = build_student(config, seed=params["seed"], device=ctx.device)
+    sizes = {"teacher_parameters": parameter_count(teacher), "student_parameters": parameter_count(student)}
+    ctx.log(
+        f"teacher {type(teacher).__name__} ({sizes['teacher_parameters']:,} parameters) → dense Qwen3 student "
+        f"({sizes['student_parameters']:,}); {len(train)} training and {len(heldout)} held-out windows of "
+        f"{params['seq_len']} tokens from {name}; loss {params['loss']}: {loss_config.describe()}"
+        + (" under bf16 autocast" if params["bf16"] else "")
+    )
+    train_config = TrainConfig(
+        steps=params["steps"],
+        batch_size=params["batch_size"],
+        lr=params["lr"],
+        bf16=params["bf16"],
+        eval_every=params["eval_every"],
+        seed=params["seed"],
+    )
+
+    def on_step(step: int, result: Any) -> None:
+        ctx.raise_if_cancelled()
+        ctx.metric("loss", result.loss[-1][1], step=step)
+        ctx.metric("grad_norm", result.grad_norm[-1][1], step=step)
+        if result.evals and result.evals[-1][0] == step + 1:
+            for key in ("forward_kl", "reverse_kl", "top1_agreement", "student_ppl"):
+                ctx.metric(f"heldout_{key}", result.evals[-1][1][key], step=step + 1)
+            _curves(ctx, result)
+        if step % 10 == 0:
+            ctx.progress(0.05 + 0.85 * step / params["steps"], f"step {step} of {params['steps']}")
+
+    result = distill(teacher, student, train, heldout, loss_config, train_config, on_step=on_step)
+    ctx.progress(0.92, "sampling from the student")
+    prompts = heldout[: min(16, len(heldout)), : max(1, params["seq_len"] // 4)]
+    new_tokens = min(32, context - prompts.shape[1])
+    samples = sample_quality(teacher, student, prompts, new_tokens=new_tokens, seed=params["seed"])
+    final_eval = result.evals[-1][1]
+    for key in ("forward_kl", "reverse_kl", "top1_agreement", "student_ppl"):
+        ctx.metric(f"heldout_{key}", final_eval[key], step=params["steps"])
+    _curves(ctx, result)
+    metrics = {
+        **result.metrics,
+        **samples,
+        **sizes,
+        "compression": sizes["teacher_parameters"] / sizes["student_parameters"],
+    }
+    for key, value in metrics.items():
+        ctx.metric(key, value)
+    ctx.log(
+        f"held-out KL(p‖q) {metrics['forward_kl']:.4f}, KL(q‖p) {metrics['reverse_kl']:.4f}, top-1 agreement "
+        f"{metrics['top1_agreement']:.3f}, student ppl {metrics['student_ppl']:.2f} "
+        f"(teacher {metrics['teacher_ppl']:.2f}); "
+        f"{result.nonfinite_loss_steps + result.nonfinite_grad_steps} non-finite steps skipped"
+    )
+
+    folder = ctx.workdir / "student"
+    student.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    ctx.artifact("student", folder)
+    report = ctx.workdir / "report.json"
+    report.write_text(
+        json.dumps(
+            {
+                "loss": {"name": params["loss"], "description": loss_config.describe(), **vars(loss_config)},
+                "train": vars(train_config),
+                "metrics": metrics,
+                "evals": [{"step": s, **m} for s, m in result.evals],
+            },
+            indent=1,
+            default=str,
+        )
+    )
+    ctx.artifact("report.json", report, "application/json")
+    ctx.progress(1.0, "done")
+    return metrics
