@@ -179,14 +179,17 @@ def summarise(rows: list[dict[str, Any]], ratios: tuple[float, ...]) -> dict[str
     return summary
 
 
-def _markdown(tier_name: str, tier: Tier, summary: dict[str, Any], bases: dict[str, Any], elapsed: float) -> str:
+def _markdown(
+    tier_name: str, tier: Tier, summary: dict[str, Any], bases: dict[str, Any], elapsed: float, compute: float
+) -> str:
     lines = [
         "# Expert pruning robustness (MoNE and baselines)",
         "",
         f"Tier **{tier_name}**: models {', '.join(bases)}; ratios {', '.join(f'{r:g}' for r in tier.ratios)}; "
         f"calibration sources {', '.join(tier.sources)}; samples {', '.join(map(str, tier.samples))}; "
         f"seeds {', '.join(map(str, tier.seeds))}; {tier.eval_windows} held-out windows of 128 tokens per source; "
-        f"{tier.cloze_items} cloze items per source (4 choices). {elapsed / 60:.1f} min.",
+        f"{tier.cloze_items} cloze items per source (4 choices). This run {elapsed / 60:.1f} min; the "
+        f"configurations took {compute / 60:.1f} min of pruning and evaluation in all (cached ones included).",
         "",
         "Unpruned models:",
         "",
@@ -297,11 +300,12 @@ def run(tier: str, results: Path) -> None:
         rows += group
     elapsed = time.perf_counter() - started
     summary = summarise(rows, spec.ratios)
-    body = _markdown(tier, spec, summary, bases, elapsed)
+    body = _markdown(tier, spec, summary, bases, elapsed, sum(r.get("seconds", 0.0) for r in rows))
     if not complete:
         body += (
             f"\n**Partial study**: {len(rows)} configurations finished (MOELAB_BENCH_BUDGET_S stopped new ones); "
-            "run `make bench-compress FULL=1` again to resume from bench/cache/compress/.\n"
+            "run `make bench-compress FULL=1` again to resume from bench/cache/compress/. Until the grid is "
+            "complete, the spreads and per-dimension means mix the other dimensions' settings.\n"
         )
     data = {"tier": tier, "complete": complete, "summary": summary, "bases": bases, "rows": rows}
     write_results(results, "compress", body, data)

@@ -17,7 +17,7 @@ import json
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class Config:
     lam: float | None = None  # AMiD only
     bf16: bool = False
     seed: int = 0
+    temperature: float = 1.0  # < 1: the teacher's logits are sharpened (a peaked teacher)
 
     @property
     def mixture(self) -> bool:
@@ -43,12 +44,14 @@ class Config:
 
     @property
     def method(self) -> str:
-        return f"{self.loss} α={self.alpha:g} λ={self.lam:g}" if self.mixture else self.loss
+        name = f"{self.loss} α={self.alpha:g} λ={self.lam:g}" if self.mixture else self.loss
+        return name if self.temperature == 1.0 else f"{name}, peaked teacher τ={self.temperature:g}"
 
     @property
     def name(self) -> str:
         tail = f"-a{self.alpha:g}-l{self.lam:g}" if self.mixture else ""
-        return f"{self.loss}{tail}-{'bf16' if self.bf16 else 'fp32'}-s{self.seed}"
+        peaked = f"-t{self.temperature:g}" if self.temperature != 1.0 else ""
+        return f"{self.loss}{tail}{peaked}-{'bf16' if self.bf16 else 'fp32'}-s{self.seed}"
 
     def loss_config(self) -> Any:
         from mlcore.distill.amid import PRESETS, amid_config
@@ -61,26 +64,35 @@ class Config:
 BASELINES = ("fkl", "rkl", "skew-kl", "taid", "abkd")
 #: AMiD's assistant with forward KL instead of the α-β divergence: separates the two ingredients.
 KL_ALPHAS = (-1.0, 0.5, 1.0)
+#: The peaked-teacher study: logits sharpened by 1/τ, many near-zero probabilities (card §4, "stability").
+PEAKED = tuple(Config(loss, temperature=0.25) for loss in ("fkl", "rkl", "skew-kl", "taid")) + tuple(
+    Config("amid", a, 0.5, temperature=0.25) for a in (-0.5, 0.0, 0.5)
+)
 
 
-def _grid(alphas: tuple[float, ...], lams: tuple[float, ...], bf16_losses: tuple[str, ...] | None, seeds: int) -> tuple:
+def _grid(
+    alphas: tuple[float, ...], lams: tuple[float, ...], bf16_losses: tuple[str, ...] | None, seeds: int, *, peaked: bool
+) -> tuple[Config, ...]:
     fp32 = [Config(loss) for loss in BASELINES] + [Config("amid", a, lam) for lam in lams for a in alphas]
-    fp32 += [Config("amid-kl", a, 0.5) for a in KL_ALPHAS]
-    bf16 = [Config(c.loss, c.alpha, c.lam, bf16=True) for c in fp32 if bf16_losses is None or c.method in bf16_losses]
-    return tuple(Config(c.loss, c.alpha, c.lam, c.bf16, s) for s in range(seeds) for c in (*fp32, *bf16))
+    fp32 += [Config("amid-kl", a, 0.5) for a in KL_ALPHAS] + (list(PEAKED) if peaked else [])
+    bf16 = [replace(c, bf16=True) for c in fp32 if bf16_losses is None or c.method in bf16_losses]
+    return tuple(replace(c, seed=s) for s in range(seeds) for c in (*fp32, *bf16))
 
 
 TIERS: dict[str, dict[str, Any]] = {
     # ~4 minutes on 2 shared cores: one seed, 200 steps, λ = 0.5 only, bf16 for four losses.
     "quick": {
-        "configs": _grid((-1.0, -0.5, 0.0, 0.5, 1.0), (0.5,), ("fkl", "skew-kl", "taid", "amid α=0.5 λ=0.5"), 1),
+        "configs": _grid(
+            (-1.0, -0.5, 0.0, 0.5, 1.0), (0.5,), ("fkl", "skew-kl", "taid", "amid α=0.5 λ=0.5"), 1, peaked=False
+        ),
         "steps": 200,
         "train_windows": 256,
         "eval_windows": 64,
     },
-    # The issue's grid (AMiD α ∈ {−0.5, 0, 0.5} × λ ∈ {0.1, 0.5, 0.9}, plus the α = ±1 ends) × 3 seeds × fp32/bf16.
+    # The issue's grid (AMiD α ∈ {−0.5, 0, 0.5} × λ ∈ {0.1, 0.5, 0.9}, plus the α = ±1 ends) and the peaked-teacher
+    # study, × 3 seeds × fp32/bf16.
     "full": {
-        "configs": _grid((-1.0, -0.5, 0.0, 0.5, 1.0), (0.1, 0.5, 0.9), None, 3),
+        "configs": _grid((-1.0, -0.5, 0.0, 0.5, 1.0), (0.1, 0.5, 0.9), None, 3, peaked=True),
         "steps": 400,
         "train_windows": 512,
         "eval_windows": 128,
@@ -106,39 +118,50 @@ def _setup(tier: dict[str, Any]) -> dict[str, Any]:
 
     train = windows("train", tier["train_windows"])
     return {
-        "teacher": teacher,
+        "teachers": {1.0: (teacher, TeacherLogits(teacher, train))},
         "train": train,
         "heldout": windows("test", tier["eval_windows"]),
-        "targets": TeacherLogits(teacher, train),
         "student": student_config(teacher.config, hidden=32, layers=2, intermediate=64, heads=2),
     }
+
+
+def _teacher(setup: dict[str, Any], temperature: float) -> tuple[Any, Any]:
+    """The teacher at ``temperature`` and its logits of the training pool, built once per temperature."""
+    from mlcore.distill.pipeline import SharpenedTeacher, TeacherLogits
+
+    teachers = setup["teachers"]
+    if temperature not in teachers:
+        sharpened = SharpenedTeacher(teachers[1.0][0], temperature)
+        teachers[temperature] = (sharpened, TeacherLogits(sharpened, setup["train"]))
+    return teachers[temperature]
 
 
 def run_config(cfg: Config, setup: dict[str, Any], steps: int) -> dict[str, Any]:
     from mlcore.distill.pipeline import TrainConfig, build_student, distill, parameter_count, sample_quality
 
     loss = cfg.loss_config()
+    teacher, targets = _teacher(setup, cfg.temperature)
     student = build_student(setup["student"], seed=cfg.seed)
     start = time.perf_counter()
     result = distill(
-        setup["teacher"],
+        teacher,
         student,
         setup["train"],
         setup["heldout"],
         loss,
         TrainConfig(steps=steps, lr=LR, bf16=cfg.bf16, seed=cfg.seed),
-        targets=setup["targets"],
+        targets=targets,
     )
     seconds = time.perf_counter() - start
     prompts = setup["heldout"][:32, :16]
-    samples = sample_quality(setup["teacher"], student, prompts, new_tokens=32, seed=cfg.seed)
+    samples = sample_quality(teacher, student, prompts, new_tokens=32, seed=cfg.seed)
     return {
         "config": asdict(cfg),
         "loss": loss.describe(),
         "metrics": {**result.metrics, **samples},
         "seconds": seconds,
         "student_parameters": parameter_count(student),
-        "teacher_parameters": parameter_count(setup["teacher"]),
+        "teacher_parameters": parameter_count(teacher),
     }
 
 
@@ -193,12 +216,15 @@ def _markdown(tier: str, spec: dict[str, Any], summary: list[dict[str, Any]], ro
         f"held-out metrics on {spec['eval_windows']} test windows; {seeds} seed(s), mean ± sd over seeds. "
         "FKL = KL(p‖q), RKL = KL(q‖p) per token (nats; lower is better); top-1 = argmax agreement; "
         "sample NLL = the teacher's NLL of 32 student-sampled tokens after 16-token prompts; "
-        "‖g‖ sd = standard deviation of the pre-clip gradient norm; non-finite = skipped steps.",
+        "‖g‖ sd = standard deviation of the pre-clip gradient norm; non-finite = skipped steps. "
+        "amid-kl = AMiD's assistant with forward KL(p‖r) instead of the α-β divergence. Rows marked 'peaked "
+        "teacher τ' distil from the teacher's logits / τ and measure KL to that sharpened teacher.",
         "",
     ]
     if tier == "quick":
         lines += [
-            "**Quick tier: reduced grid (λ = 0.5 only, one seed, 200 steps, bf16 for four losses).** "
+            "**Quick tier: reduced grid (λ = 0.5 only, one seed, 200 steps, bf16 for four losses, no peaked "
+            "teacher).** "
             "Differences smaller than the full tier's seed spread are not evidence either way.",
             "",
         ]
@@ -211,7 +237,7 @@ def _markdown(tier: str, spec: dict[str, Any], summary: list[dict[str, Any]], ro
         sd = f" ± {s[key + '_sd']:.{digits}f}" if s["seeds"] > 1 else ""
         return f"{s[key]:.{digits}f}{sd}"
 
-    for s in sorted(summary, key=lambda s: (s["precision"], s["forward_kl"])):
+    for s in sorted(summary, key=lambda s: (s["precision"], "peaked" in s["method"], s["forward_kl"])):
         nonfinite = s["nonfinite_loss_steps"] + s["nonfinite_grad_steps"]
         lines.append(
             f"| {s['method']} | {s['precision']} | {cell(s, 'forward_kl', 4)} | {cell(s, 'reverse_kl', 4)} | "

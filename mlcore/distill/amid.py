@@ -61,8 +61,7 @@ def log_assistant(log_p: torch.Tensor, log_q: torch.Tensor, alpha: float, lam: f
         unnormalised = lam * log_p + (1.0 - lam) * log_q
     else:
         s = (1.0 - alpha) / 2.0
-        terms = torch.stack((math.log(lam) + s * log_p, math.log(1.0 - lam) + s * log_q))
-        unnormalised = torch.logsumexp(terms, dim=0) / s
+        unnormalised = torch.logaddexp(math.log(lam) + s * log_p, math.log(1.0 - lam) + s * log_q) / s
     return torch.log_softmax(unnormalised, dim=-1)
 
 

@@ -86,6 +86,13 @@ spec = JobSpec(
         Int(name="eval_windows", default=64, min=1, max=4096, help="Held-out sequences."),
         Int(name="eval_every", default=50, min=0, max=100_000, help="Held-out evaluation interval (0: end only)."),
         Bool(name="bf16", default=False, help="Run the student and the loss under bf16 autocast."),
+        Float(
+            name="teacher_temperature",
+            default=1.0,
+            min=0.05,
+            max=10.0,
+            help="Divide the teacher's logits by this; below 1 gives a peaked teacher (many near-zero probabilities).",
+        ),
         Seed(name="seed"),
     ),
     validate=_validate,
@@ -173,7 +180,14 @@ def _curves(ctx: JobContext, result: Any) -> None:
 
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    from mlcore.distill.pipeline import TrainConfig, build_student, distill, parameter_count, sample_quality
+    from mlcore.distill.pipeline import (
+        SharpenedTeacher,
+        TrainConfig,
+        build_student,
+        distill,
+        parameter_count,
+        sample_quality,
+    )
     from mlcore.distill.pipeline import student_config as make_student_config
     from mlcore.eval.perplexity import heldout_windows
 
@@ -184,6 +198,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     loss_config = _loss_config(params)
     ctx.progress(0.0, "loading the teacher")
     teacher, tokenizer = _load_teacher(Path(inputs["model"]), ctx.device)
+    if params["teacher_temperature"] != 1.0:
+        teacher = SharpenedTeacher(teacher, params["teacher_temperature"])
     context = int(getattr(teacher.config, "max_position_embeddings", params["seq_len"]))
     if params["seq_len"] > context:
         raise JobError(f"Sequence length {params['seq_len']} exceeds the teacher's context ({context}); lower it.")
@@ -207,6 +223,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         f"({sizes['student_parameters']:,}); {len(train)} training and {len(heldout)} held-out windows of "
         f"{params['seq_len']} tokens from {name}; loss {params['loss']}: {loss_config.describe()}"
         + (" under bf16 autocast" if params["bf16"] else "")
+        + (f", teacher logits / {params['teacher_temperature']:g}" if params["teacher_temperature"] != 1.0 else "")
     )
     train_config = TrainConfig(
         steps=params["steps"],

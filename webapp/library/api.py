@@ -123,6 +123,8 @@ def upload_json(upload: ChunkedUpload) -> dict[str, Any]:
 
 
 ERRORS = {401: LibraryErrorOut, 404: LibraryErrorOut, 422: LibraryErrorOut}
+#: Endpoints with a JSON body also answer 400 when the body does not parse (django-ninja's own check).
+BODY_ERRORS = {400: LibraryErrorOut, **ERRORS}
 BINARY = {"description": "The stored file.", "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}}
 
 
@@ -165,7 +167,7 @@ def delete_item(request: HttpRequest, item_id: int) -> HttpStatus[Any]:
     return HttpStatus(204, None)
 
 
-@router.post("/uploads", response={201: UploadOut, 403: LibraryErrorOut, **ERRORS}, summary="Start a resumable upload")
+@router.post("/uploads", response={201: UploadOut, 403: LibraryErrorOut, **BODY_ERRORS}, summary="Start a resumable upload")
 def start_upload(request: HttpRequest, body: UploadIn) -> HttpStatus[dict[str, Any]]:
     team = team_for_user(request.auth, body.team, write=True)
     upload = services.upload_start(
@@ -214,7 +216,7 @@ def complete_upload(request: HttpRequest, upload_id: uuid.UUID) -> HttpStatus[di
 
 @router.post(
     "/paths",
-    response={201: ItemOut, 403: LibraryErrorOut, **ERRORS},
+    response={201: ItemOut, 403: LibraryErrorOut, **BODY_ERRORS},
     summary="Register a path on the workers (administrators)",
 )
 def register_path(request: HttpRequest, body: PathIn) -> HttpStatus[dict[str, Any]]:
@@ -225,7 +227,7 @@ def register_path(request: HttpRequest, body: PathIn) -> HttpStatus[dict[str, An
 
 @router.post(
     "/promote",
-    response={201: ItemOut, 403: LibraryErrorOut, **ERRORS},
+    response={201: ItemOut, 403: LibraryErrorOut, **BODY_ERRORS},
     summary="Add one of a job's artifacts to the library",
 )
 def promote(request: HttpRequest, body: PromoteIn) -> HttpStatus[dict[str, Any]]:

@@ -97,3 +97,15 @@ def test_student_samples_are_scored_by_the_teacher(teacher, windows):
 def test_the_student_width_must_split_into_its_heads(teacher):
     with pytest.raises(ValueError, match="divisible"):
         student_config(teacher.config, hidden=30, layers=1, intermediate=32, heads=4)
+
+
+def test_a_sharpened_teacher_is_more_peaked_and_keeps_its_argmax(teacher, windows):
+    from mlcore.distill.pipeline import SharpenedTeacher
+
+    ids = windows[1]
+    plain = teacher(input_ids=ids).logits.softmax(-1)
+    peaked = SharpenedTeacher(teacher, 0.25)(input_ids=ids).logits.softmax(-1)
+    assert torch.equal(plain.argmax(-1), peaked.argmax(-1))
+    assert (peaked.max(-1).values > plain.max(-1).values).all()
+    with pytest.raises(ValueError, match="positive"):
+        SharpenedTeacher(teacher, 0.0)
