@@ -2,12 +2,15 @@
 
 An item is built once into a cache directory by its ``builder`` (``"module:function"``, called
 with the target directory) and reused after that; a ``.complete`` marker makes an interrupted
-build start again rather than hand a half-written directory to a job. Builders may import torch;
+build start again rather than hand a half-written directory to a job. The marker holds the
+item's version (the sha256 of its ``stamp`` file, e.g. a committed checkpoint's manifest), so a
+retrained checkpoint replaces the stale copy instead of hiding behind it. Builders may import torch;
 listing items does not.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import shutil
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 _MARKER = ".complete"
+_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,6 +31,13 @@ class BuiltinItem:
     description: str
     builder: str
     card: dict[str, Any] = field(default_factory=dict)
+    #: A file whose content versions the built item (relative to the repository root).
+    stamp: str | None = None
+
+    def version(self) -> str:
+        if self.stamp is None:
+            return "1"
+        return hashlib.sha256((_ROOT / self.stamp).read_bytes()).hexdigest()
 
 
 def cache_root() -> Path:
@@ -36,12 +47,14 @@ def cache_root() -> Path:
 def materialize(item: BuiltinItem, root: Path | None = None) -> Path:
     """Return a directory holding ``item``, building it on first use."""
     target = (root or cache_root()) / item.kind / item.name
-    if (target / _MARKER).exists():
+    marker = target / _MARKER
+    version = item.version()
+    if marker.exists() and marker.read_text() == version:
         return target
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
     module, _, function = item.builder.partition(":")
     getattr(importlib.import_module(module), function)(target)
-    (target / _MARKER).touch()
+    marker.write_text(version)
     return target

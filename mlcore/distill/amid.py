@@ -102,6 +102,11 @@ class LossConfig:
             raise ValueError(f"unknown argument order {self.order!r}; choose one of {', '.join(ORDERS)}")
         if self.divergence not in ("kl", "ab"):
             raise ValueError(f"unknown divergence {self.divergence!r}; choose 'kl' or 'ab'")
+        if self.detach_q and "q" not in self.order:
+            raise ValueError(
+                f"with q detached inside r, D({self.order.replace('||', '‖')}) does not depend on the student; "
+                "use the order 'q||r' or 'r||q', or keep q attached"
+            )
         for value in (self.lam, self.lam_end):
             if value is not None and not 0.0 <= value <= 1.0:
                 raise ValueError(f"λ must lie in [0, 1], got {value}")

@@ -26,6 +26,8 @@ def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
         errors.append(("student_heads", f"Must divide the student's hidden size ({p['student_hidden']})."))
     if p["train_windows"] * p["seq_len"] > MAX_TRAIN_TOKENS:
         errors.append(("train_windows", f"train windows × sequence length may not exceed {MAX_TRAIN_TOKENS} tokens."))
+    if p["loss"] == "amid" and p["detach_q"] and "q" not in p["order"]:
+        errors.append(("detach_q", "With q detached inside r, D(p‖r) and D(r‖p) do not train the student."))
     if p["loss"] == "amid" and p["divergence"] == "ab" and 0 in (p["ab_a"], p["ab_b"], p["ab_a"] + p["ab_b"]):
         errors.append(("ab_a", "The α-β divergence needs a, b and a + b non-zero."))
     return errors

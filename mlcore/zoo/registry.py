@@ -15,6 +15,7 @@ MODELS: tuple[BuiltinItem, ...] = (
         ),
         builder="mlcore.zoo.committed:build_moe_lm_tiny",
         card={"architecture": "qwen3_moe", "experts": 16, "top_k": 2, "recipe": "moe-lm-tiny"},
+        stamp="mlcore/zoo/checkpoints/moe-lm-tiny/manifest.json",
     ),
     BuiltinItem(
         name="moe-lm-olmoe",
@@ -26,5 +27,6 @@ MODELS: tuple[BuiltinItem, ...] = (
         ),
         builder="mlcore.zoo.committed:build_moe_lm_olmoe",
         card={"architecture": "olmoe", "experts": 32, "top_k": 4, "recipe": "moe-lm-olmoe"},
+        stamp="mlcore/zoo/checkpoints/moe-lm-olmoe/manifest.json",
     ),
 )

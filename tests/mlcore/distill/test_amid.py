@@ -162,3 +162,9 @@ def test_taid_ramps_lambda_and_detaches_the_student_inside_the_assistant():
 def test_a_lambda_outside_the_unit_interval_is_refused():
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         LossConfig(lam=1.5)
+
+
+def test_detaching_q_where_it_is_the_only_path_to_the_student_is_refused():
+    with pytest.raises(ValueError, match="does not depend on the student"):
+        amid_config(0.5, 0.5, detach_q=True)
+    assert amid_config(0.5, 0.5, detach_q=True, order="r||q").detach_q

@@ -73,6 +73,12 @@ def test_heads_that_do_not_divide_the_student_width_are_refused():
     assert "student_heads" in str(caught.value.errors)
 
 
+def test_detaching_the_student_from_a_loss_that_only_sees_it_through_r_is_refused():
+    with pytest.raises(ValidationError) as caught:
+        run({"loss": "amid", "detach_q": True, "order": "p||r"})
+    assert "detach_q" in str(caught.value.errors)
+
+
 def test_a_sequence_longer_than_the_teachers_context_is_refused():
     outcome, ctx = run({"seq_len": 256, "steps": 1})
     assert outcome.status == "failed" and "context" in outcome.error

@@ -148,3 +148,27 @@ def test_sniffing_reads_content_not_names(tmp_path):
         found[name] = sniff(path)
     assert found == {"a.png": "png", "a.txt": "ply", "b.bin": "json", "c.jpg": "csv"}
     assert Path(tmp_path / "a.png").exists()
+
+
+def test_a_built_item_is_rebuilt_when_its_stamp_changes(tmp_path, monkeypatch):
+    import mlcore.catalog as catalog
+
+    stamp = tmp_path / "manifest.json"
+    stamp.write_text("v1")
+    monkeypatch.setattr(catalog, "_ROOT", tmp_path)
+    builds = []
+    monkeypatch.setattr("mlcore.data.text.build_stdlib_docs", lambda target: builds.append(target))
+    item = catalog.BuiltinItem(
+        name="x",
+        kind="text",
+        title="",
+        description="",
+        builder="mlcore.data.text:build_stdlib_docs",
+        stamp="manifest.json",
+    )
+    catalog.materialize(item, tmp_path / "cache")
+    catalog.materialize(item, tmp_path / "cache")
+    assert len(builds) == 1
+    stamp.write_text("v2")
+    catalog.materialize(item, tmp_path / "cache")
+    assert len(builds) == 2
