@@ -195,6 +195,8 @@ LIBRARY_UPLOAD_DIR = Path(env_str("MOELAB_UPLOAD_DIR", str(VAR_DIR / "uploads"))
 LIBRARY_MAX_BYTES = env_int("MOELAB_LIBRARY_MAX_BYTES", 64 * 2**30)
 LIBRARY_CACHE_DIR = Path(env_str("MOELAB_LIBRARY_CACHE", str(VAR_DIR / "library-cache")))
 LIBRARY_CACHE_BYTES = env_int("MOELAB_LIBRARY_CACHE_BYTES", 20 * 2**30)
+#: A pending item whose validation was asked this long ago without an answer is asked again.
+LIBRARY_INGEST_RETRY_SECONDS = env_int("MOELAB_LIBRARY_INGEST_RETRY_SECONDS", 600)
 
 # -- production hardening --------------------------------------------------------------------------
 if not DEBUG:

@@ -1,11 +1,13 @@
 """The reaper: nothing stays RUNNING forever. A job whose heartbeat went stale (its worker was
-killed, lost power or ran out of memory) is marked FAILED with a reason the user can act on."""
+killed, lost power or ran out of memory) is marked FAILED with a reason the user can act on, and
+a library item whose validation message was lost is sent to the workers again."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from webapp.jobs.models import Job, JobArtifact
@@ -32,3 +34,23 @@ def reap_stale_jobs(*, stale_seconds: int | None = None) -> list[str]:
             JobArtifact.objects.filter(job_id=job_id).update(unfinished=True)
             reaped.append(str(job_id))
     return reaped
+
+
+def requeue_stale_ingests(*, retry_seconds: int | None = None) -> list[int]:
+    """Ask again for the validation of items pending since before ``retry_seconds`` ago.
+
+    Validation is idempotent (a delivery that finds the item done skips it), so a second message
+    is harmless; without one, an item whose message was lost would stay "Validating" for good.
+    """
+    from webapp.library.models import LibraryItem
+    from webapp.library.services import enqueue_ingest
+
+    retry_seconds = retry_seconds or settings.LIBRARY_INGEST_RETRY_SECONDS
+    cutoff = timezone.now() - timedelta(seconds=retry_seconds)
+    # Never sent at all (the process died between commit and send) counts as lost too.
+    lost = Q(ingest_sent_at__lt=cutoff) | Q(ingest_sent_at__isnull=True, created_at__lt=cutoff)
+    stale = LibraryItem.objects.filter(lost, status=LibraryItem.Status.PENDING)
+    items = list(stale)
+    for item in items:
+        enqueue_ingest(item)
+    return [item.pk for item in items]

@@ -24,7 +24,11 @@ def run_job(self: Any, job_id: str) -> str:
 @app.task(name=REAP, ignore_result=True)
 def reap_stale_jobs() -> list[str]:
     from workers.reaper import reap_stale_jobs as reap
+    from workers.reaper import requeue_stale_ingests
 
+    requeued = requeue_stale_ingests()
+    if requeued:
+        log.warning("asked again to validate %d library item(s): %s", len(requeued), requeued)
     reaped = reap()
     if reaped:
         log.warning("reaped %d job(s) with stale heartbeats: %s", len(reaped), ", ".join(reaped))

@@ -167,7 +167,9 @@ def delete_item(request: HttpRequest, item_id: int) -> HttpStatus[Any]:
     return HttpStatus(204, None)
 
 
-@router.post("/uploads", response={201: UploadOut, 403: LibraryErrorOut, **BODY_ERRORS}, summary="Start a resumable upload")
+@router.post(
+    "/uploads", response={201: UploadOut, 403: LibraryErrorOut, **BODY_ERRORS}, summary="Start a resumable upload"
+)
 def start_upload(request: HttpRequest, body: UploadIn) -> HttpStatus[dict[str, Any]]:
     team = team_for_user(request.auth, body.team, write=True)
     upload = services.upload_start(

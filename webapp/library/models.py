@@ -46,6 +46,8 @@ class LibraryItem(models.Model):
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.UPLOAD)
     added_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    #: When validation was last asked of a worker; the reaper asks again if a pending item waits too long.
+    ingest_sent_at = models.DateTimeField(null=True, blank=True)
     produced_by = models.ForeignKey(
         "jobs.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="library_outputs"
     )

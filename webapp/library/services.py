@@ -18,6 +18,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.core.files import File
 from django.db import transaction
+from django.utils import timezone
 
 from mlcore.jobs import sniff
 from mlcore.jobs.params import Dataset, Model
@@ -78,7 +79,11 @@ def enqueue_ingest(item: LibraryItem) -> None:
     """Validate in a worker once the row is committed (the web never imports torch)."""
     from webapp.celery import LIBRARY_INGEST, app
 
-    transaction.on_commit(lambda: app.send_task(LIBRARY_INGEST, args=[item.pk], queue="cpu"))
+    def send() -> None:
+        LibraryItem.objects.filter(pk=item.pk).update(ingest_sent_at=timezone.now())
+        app.send_task(LIBRARY_INGEST, args=[item.pk], queue="cpu")
+
+    transaction.on_commit(send)
 
 
 # -- resumable uploads -------------------------------------------------------------------------------
