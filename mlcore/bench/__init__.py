@@ -11,4 +11,5 @@ BENCHMARKS: dict[str, str] = {
     "analysis": "mlcore.bench.analysis",
     "el": "mlcore.bench.el",
     "distill": "mlcore.bench.distill",
+    "mixture": "mlcore.bench.mixture",
 }

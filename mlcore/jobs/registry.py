@@ -25,6 +25,7 @@ KIND_MODULES: tuple[str, ...] = (
     "mlcore.jobs.routing_analysis",
     "mlcore.jobs.moe_planner",
     "mlcore.jobs.distill",
+    "mlcore.jobs.data_mixture",
 )
 
 
