@@ -6,6 +6,9 @@
 2. The zoo's MoE LMs, through the ``routing-analysis`` job kind on two text domains, beside the
    reference traces (random: the lower bound; constant: SRP = 1): SRP/SCH tables, local load
    balance against consistency per layer, and where the hit-rate curves bend.
+3. FULL tier only: the toy ablations (:mod:`mlcore.analysis.ablations`): one control Qwen2-MoE and
+   one-factor variants (balance-loss coefficient, shared expert, dense first layer), trained on a
+   short fixed budget (cached under ``bench/cache/analysis-variants/``, so reruns resume).
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from typing import Any
 import numpy as np
 
 from mlcore.bench.common import write_results
+
+VARIANT_CACHE = Path(__file__).resolve().parents[2] / "bench" / "cache" / "analysis-variants"
+VARIANT_MULTIPLES = (1, 2, 4)
 
 WINDOWS = (4, 16, 64, 256)
 MULTIPLES = (1, 1.5, 2, 3, 4)
@@ -200,9 +206,101 @@ def markdown(data: dict[str, Any]) -> str:
         *[f"  - {name}: " + ", ".join(f"{g:.3f}" for g in gains) for name, gains in f["lru_gain_per_unit_m"].items()],
         "  A knee near m = 2 shows as gains that drop after the 1.5→2 step.",
         "- Shared experts: neither zoo model has one, so this table cannot test the paper's claim that shared "
-        "experts lower consistency; toy variants with and without a shared expert are not trained here.",
+        "experts lower consistency; the toy ablations (FULL tier, below) train variants with and without one.",
     ]
     return "\n".join(lines)
+
+
+def _ci(x: dict[str, float]) -> str:
+    return f"{x['srp' if 'srp' in x else 'rate']:.3f} [{x['ci_low']:.3f}, {x['ci_high']:.3f}]"
+
+
+def _verdict(variant: dict[str, Any], domain: str, control: dict[str, Any]) -> str:
+    """Whether the SRP(16) change has the paper's sign, and whether the CIs resolve it."""
+    from mlcore.analysis.ablations import EXPECTED_SRP_SIGN
+
+    sign = EXPECTED_SRP_SIGN.get(variant["name"])
+    if sign is None:
+        return " (the paper states no direction for this factor)."
+    mine, ref = _srp(variant["reports"][domain], 16), _srp(control, 16)
+    expected = "higher" if sign > 0 else "lower"
+    if mine["ci_low"] <= ref["ci_high"] and mine["ci_high"] >= ref["ci_low"]:
+        return f" — expected {expected} SRP: not resolved at this size."
+    agrees = (mine["srp"] - ref["srp"]) * sign > 0
+    return f" — expected {expected} SRP: {'as expected' if agrees else 'the opposite'}."
+
+
+def ablation_findings(variants: list[dict[str, Any]]) -> list[str]:
+    """Each variant's SRP(16) and LRU(m = 2) against the control's, per text, with whether the 95%
+    CIs separate, and the LRU knee test (gain per unit m from 1→2 against 2→4)."""
+    control = variants[0]
+    lines = []
+    for variant in variants[1:]:
+        for domain, report in variant["reports"].items():
+            base = control["reports"][domain]
+            parts = []
+            for label, get in (
+                ("SRP(16)", lambda r: _srp(r, 16)),
+                ("LRU hit rate at m=2", lambda r: _rate(r, "lru", 2)),
+            ):
+                mine, ref = get(report), get(base)
+                value = "srp" if "srp" in mine else "rate"
+                delta = mine[value] - ref[value]
+                apart = mine["ci_low"] > ref["ci_high"] or mine["ci_high"] < ref["ci_low"]
+                parts.append(f"{label} {delta:+.3f} ({'CIs separate' if apart else 'CIs overlap'})")
+            lines.append(
+                f"- {variant['name']} vs control on {domain}: " + "; ".join(parts) + _verdict(variant, domain, base)
+            )
+    pairs = [r for v in variants for r in v["reports"].values()]
+    for policy in ("lru", "belady"):
+        early = np.mean([_rate(r, policy, 2)["rate"] - _rate(r, policy, 1)["rate"] for r in pairs])
+        late = np.mean([(_rate(r, policy, 4)["rate"] - _rate(r, policy, 2)["rate"]) / 2 for r in pairs])
+        lines.append(
+            f"- Knee ({policy.upper()}): mean hit-rate gain per unit m is {early:.3f} from m=1→2 and {late:.3f} "
+            f"from m=2→4 over {len(pairs)} variant/text pairs (a knee at m≈2 means the first is clearly larger)."
+        )
+    local = [np.mean(list(r["local_balance"].values())) for r in pairs]
+    srp16 = [_srp(r, 16)["srp"] for r in pairs]
+    lines.append(
+        f"- Local balance vs SRP(16) across the {len(pairs)} variant/text pairs: Pearson r = "
+        f"{np.corrcoef(local, srp16)[0, 1]:.2f} (the paper: strongly negative)."
+    )
+    return lines
+
+
+def ablation_markdown(variants: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "",
+        "## Toy ablations (FULL tier): one factor changed per variant",
+        "",
+        "Qwen2-MoE, 4 layers, 16 experts, top-2, d=128, trained "
+        f"{variants[0]['key']['recipe']['steps']} steps of batch {variants[0]['key']['recipe']['batch_size']} "
+        "× 128 tokens (seed 0, one CPU thread) on shakespeare + stdlib-docs; control: balance loss 0.01, no shared "
+        "expert, MoE in every layer. Evaluated on each text's test split "
+        f"({variants[0]['key']['evaluation']['samples']} × {variants[0]['key']['evaluation']['seq_len']} tokens); "
+        "95% basic-bootstrap CIs over sequences. Code: `mlcore/analysis/ablations.py`.",
+        "",
+        "| variant | text | train CE (last batch) | SRP(4) | SRP(16) | SRP(64) | local balance L=16 | global balance |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for v in variants:
+        for domain, r in v["reports"].items():
+            srps = " | ".join(_ci(_srp(r, w)) for w in (4, 16, 64))
+            loc, glob = np.mean(list(r["local_balance"].values())), np.mean(list(r["global_balance"].values()))
+            lines.append(f"| {v['name']} | {domain} | {v['train_ce']:.3f} | {srps} | {loc:.3f} | {glob:.3f} |")
+    lines += [
+        "",
+        "| variant | text | policy | " + " | ".join(f"m={m}" for m in VARIANT_MULTIPLES) + " |",
+        "|---|---|---|" + "---|" * len(VARIANT_MULTIPLES),
+    ]
+    for v in variants:
+        for domain, r in v["reports"].items():
+            for policy, window in (("lru", 0), ("sch", 16), ("belady", 0)):
+                label = "SCH L=16" if policy == "sch" else policy.upper()
+                rates = " | ".join(_ci(_rate(r, policy, m, window)) for m in VARIANT_MULTIPLES)
+                lines.append(f"| {v['name']} | {domain} | {label} | {rates} |")
+    lines += ["", "### Measured against the control", "", *ablation_findings(variants)]
+    return lines
 
 
 def run(tier: str, results: Path) -> None:
@@ -213,4 +311,14 @@ def run(tier: str, results: Path) -> None:
     print(f"speed: {data['speed']['total_seconds']:.2f} s for {data['speed']['events']:,} events", flush=True)
     data["rows"] = zoo_rows(TIERS[tier]) + reference_rows()
     data["findings"] = findings(data["rows"])
-    write_results(results, "analysis", markdown(data), data)
+    text = markdown(data)
+    if tier == "full":
+        from mlcore.analysis.ablations import run_all
+
+        data["ablations"] = run_all(VARIANT_CACHE)
+        data["ablation_findings"] = ablation_findings(data["ablations"])
+        text += "\n" + "\n".join(ablation_markdown(data["ablations"]))
+    else:
+        print("toy ablations (balance loss, shared expert, dense first layer): `make bench-analysis FULL=1`")
+        text += "\n\nToy ablations (balance loss, shared expert, dense first layer): `make bench-analysis FULL=1`."
+    write_results(results, "analysis", text, data)

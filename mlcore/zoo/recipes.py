@@ -40,9 +40,9 @@ class LMRecipe:
     checkpoint_every: int = 100
     sources: tuple[str, ...] = field(default=TEXT_SOURCES)
 
-    def hf_config(self) -> Any:
-        """The transformers config this recipe builds its model from."""
-        common = dict(
+    def common_config(self) -> dict[str, Any]:
+        """The config arguments every Hugging Face MoE family here shares."""
+        return dict(
             vocab_size=self.vocab_size,
             hidden_size=self.hidden_size,
             num_hidden_layers=self.num_layers,
@@ -59,6 +59,10 @@ class LMRecipe:
             eos_token_id=0,
             pad_token_id=0,
         )
+
+    def hf_config(self) -> Any:
+        """The transformers config this recipe builds its model from."""
+        common = self.common_config()
         if self.architecture == "qwen3_moe":
             from transformers import Qwen3MoeConfig
 
