@@ -100,6 +100,9 @@ class MoEAdapter:
     def _shared_count(self, block: nn.Module) -> int:
         if not any(hasattr(block, attr) for attr in self.spec.shared_attrs):
             return 0
+        # Qwen2-MoE builds an empty shared expert when its intermediate size is 0: that is no shared expert.
+        if getattr(self.model.config, "shared_expert_intermediate_size", None) == 0:
+            return 0
         return int(getattr(self.model.config, "n_shared_experts", 1))
 
     def layer(self, index: int) -> MoELayerInfo:

@@ -52,3 +52,14 @@ def test_importing_the_package_does_not_import_torch() -> None:
     code = "import sys, mlcore.hf; assert mlcore.hf.SUPPORTED; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert result.stdout.strip() == "False"
+
+
+def test_a_qwen2_moe_with_a_zero_width_shared_expert_counts_no_shared_expert() -> None:
+    from transformers import AutoModelForCausalLM
+
+    from mlcore.hf import adapt, tiny_config
+
+    model = AutoModelForCausalLM.from_config(tiny_config("qwen2_moe", shared_expert_intermediate_size=0))
+    assert {info.num_shared_experts for info in adapt(model).layers} == {0}
+    with_shared = AutoModelForCausalLM.from_config(tiny_config("qwen2_moe"))
+    assert {info.num_shared_experts for info in adapt(with_shared).layers} == {1}
