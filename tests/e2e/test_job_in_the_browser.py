@@ -41,10 +41,17 @@ def watch_progress(page: Page, timeout: float = 60) -> list[float]:
     seen: list[float] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = float(page.get_attribute("#job-live [role=progressbar]", "aria-valuenow") or 0)
+        # One read of both attributes: htmx may swap the fragment between two separate reads.
+        value, terminal = page.evaluate(
+            """() => {
+                const live = document.querySelector("#job-live");
+                const bar = live.querySelector("[role=progressbar]");
+                return [Number(bar.getAttribute("aria-valuenow") || 0), live.dataset.terminal === "true"];
+            }"""
+        )
         if not seen or seen[-1] != value:
             seen.append(value)
-        if page.get_attribute("#job-live", "data-terminal") == "true":
+        if terminal:
             return seen
         page.wait_for_timeout(200)
     raise AssertionError(f"the job page never showed a finished job; progress seen: {seen}")
