@@ -11,7 +11,7 @@ RUN cd frontend && npm run build
 FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     DJANGO_SETTINGS_MODULE=webapp.settings MOELAB_VAR_DIR=/var/lib/moelab
-RUN apt-get update && apt-get install -y --no-install-recommends git libusb-1.0-0 curl \
+RUN apt-get update && apt-get install -y --no-install-recommends git libusb-1.0-0 libvulkan1 mesa-vulkan-drivers curl \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --create-home --uid 1000 moelab && mkdir -p /var/lib/moelab && chown moelab /var/lib/moelab
 WORKDIR /app

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 FULL ?=
 
-.PHONY: run test venv frontend lint lock bench services browser clean
+.PHONY: run test venv frontend lint lock bench services browser system clean
 
 venv: $(VENV)/.installed
 
@@ -35,19 +35,22 @@ services:
 browser:
 	bash scripts/ensure-browser.sh
 
-test: venv frontend services browser
+system:
+	bash scripts/ensure-system.sh
+
+test: system venv frontend services browser
 	bash scripts/test.sh
 
-run: venv frontend
+run: system venv frontend
 	bash scripts/run.sh
 
 frontend:
 	bash scripts/build-frontend.sh
 
-bench: venv
+bench: system venv
 	bash scripts/bench.sh quick
 
-bench-%: venv
+bench-%: system venv
 	bash scripts/bench.sh $(if $(FULL),full,quick) $*
 
 clean:

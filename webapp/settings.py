@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "webapp.jobs",
     "webapp.library",
     "webapp.dashboard",
+    "webapp.guides",
 ]
 
 MIDDLEWARE = [

@@ -14,4 +14,5 @@ urlpatterns = [
     path("", include("webapp.jobs.urls")),
     path("", include("webapp.library.urls")),
     path("", include("webapp.dashboard.urls")),
+    path("", include("webapp.guides.urls")),
 ]

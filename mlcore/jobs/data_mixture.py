@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,19 @@ def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
     if p["interval"] > p["steps"]:
         return [("interval", "Must not exceed the steps, or the mixture is never updated.")]
     return []
+
+
+def _summarize(scalars: Mapping[str, Any]) -> str:
+    weights = sorted(
+        ((v, k.removeprefix("final_w/")) for k, v in scalars.items() if k.startswith("final_w/")), reverse=True
+    )
+    line = "Found mixture: " + ", ".join(f"{name} {w:.2f}" for w, name in weights)
+    if "confirm_bpb_found" in scalars:
+        line += (
+            f"; a fresh model scores {scalars['confirm_bpb_found']:.3f} bits per byte on it against "
+            f"{scalars['confirm_bpb_uniform']:.3f} on the uniform mixture"
+        )
+    return line + "."
 
 
 spec = JobSpec(
@@ -71,6 +85,7 @@ spec = JobSpec(
         "byte is better. If the two tie, the search found nothing the uniform mixture lacks."
     ),
     sample={"sources": "shakespeare,stdlib-source", "steps": 60, "confirm_steps": 60, "seed": 0},
+    summarize=_summarize,
 )
 
 

@@ -11,6 +11,7 @@ curves; the student is saved as a loadable checkpoint (with the teacher's tokeni
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,14 @@ def _estimate(p: dict[str, Any]) -> Estimate:
     pool = min(p["train_windows"] * p["seq_len"] * vocab * 4, 512 * 2**20)
     step = p["batch_size"] * p["seq_len"] * vocab * 4 * 12
     return Estimate(memory_bytes=pool + step + 2 * 2**30, seconds=0.2 * p["steps"])
+
+
+def _summarize(scalars: Mapping[str, Any]) -> str:
+    return (
+        f"Student ({scalars['compression']:.0f}× smaller than the teacher): held-out KL(p‖q) "
+        f"{scalars['forward_kl']:.3f}, top-1 agreement {scalars['top1_agreement']:.0%}, perplexity "
+        f"{scalars['student_ppl']:.1f} against the teacher's {scalars['teacher_ppl']:.1f}."
+    )
 
 
 spec = JobSpec(
@@ -105,6 +114,7 @@ spec = JobSpec(
         "same next token. Non-finite steps were skipped; a large gradient-norm spread signals an unstable loss."
     ),
     sample={"steps": 60, "train_windows": 32, "eval_windows": 16, "eval_every": 20, "seed": 0},
+    summarize=_summarize,
 )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,14 @@ def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
     if p["constants"] == "user" and p["a"] == 0:
         errors.append(("a", "Give the law's constants (a at least) or pick another source of constants."))
     return errors
+
+
+def _summarize(scalars: Mapping[str, Any]) -> str:
+    return (
+        f"Efficiency leverage {scalars['efficiency_leverage']:.2f}×: the MoE reaches the loss of a dense model "
+        f"of ≈{scalars['dense_equivalent_params'] / 1e6:.3g}M parameters with "
+        f"{scalars['compute_saving']:.0%} less training compute."
+    )
 
 
 spec = JobSpec(
@@ -92,6 +101,7 @@ spec = JobSpec(
         "the fit; G* is the best granularity (it exists when γ < 0)."
     ),
     sample={"constants": "bundled", "d_model": 512, "layers": 8, "experts": 32, "top_k": 4, "d_expert": 256, "seed": 0},
+    summarize=_summarize,
 )
 
 

@@ -8,6 +8,7 @@ measured fp32 matmul peak, with a timing chart, an expert-load chart and a CSV t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mlcore.jobs import Choice, Estimate, Int, JobContext, JobSpec, Seed
@@ -39,6 +40,13 @@ def _estimate(p: dict[str, Any]) -> Estimate:
     # Saved activations per (token, expert) pair: the gathered input, both projections, the output.
     activations = slots * (2 * p["hidden"] + rows + p["intermediate"]) * 4 * 2
     return Estimate(memory_bytes=weights + activations + p["tokens"] * p["hidden"] * 4 * 4)
+
+
+def _summarize(scalars: Mapping[str, Any]) -> str:
+    return (
+        f"MoE layer: {scalars['moe_layer_ms']:.1f} ms per forward + backward step, "
+        f"{scalars['speedup_vs_loop']:.2f}× the per-expert loop, {scalars['fraction_of_peak']:.0%} of the matmul peak."
+    )
 
 
 spec = JobSpec(
@@ -74,6 +82,7 @@ spec = JobSpec(
         "a skewed expert-load chart means fewer, larger expert GEMMs."
     ),
     sample={"hidden": 128, "intermediate": 256, "experts": 8, "top_k": 2, "tokens": 512, "repeats": 3, "seed": 0},
+    summarize=_summarize,
 )
 
 

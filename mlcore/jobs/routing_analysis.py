@@ -9,6 +9,7 @@ heatmaps, local and global load balance, and a cache-size recommendation with it
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,17 @@ def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
     if any(m < 1 for m in p["multiples"]):
         errors.append(("multiples", "A cache must hold at least the active experts: use multiples ≥ 1."))
     return errors
+
+
+def _summarize(scalars: Mapping[str, Any]) -> str:
+    srp = sorted((int(key.removeprefix("srp_L")), value) for key, value in scalars.items() if key.startswith("srp_L"))
+    line = (
+        f"A cache of {scalars['recommended_multiple']:g}× the active experts per layer hits "
+        f"{scalars['recommended_hit_rate']:.0%} of expert accesses"
+    )
+    if srp:
+        line += f"; SRP falls from {srp[0][1]:.2f} at L = {srp[0][0]} to {srp[-1][1]:.2f} at L = {srp[-1][0]}"
+    return line + "."
 
 
 spec = JobSpec(
@@ -85,6 +97,7 @@ spec = JobSpec(
         "balanced router (high local balance) usually has low SRP."
     ),
     sample={"model": "zoo:moe-lm-tiny", "dataset": "zoo:shakespeare", "samples": 32, "resamples": 200, "seed": 0},
+    summarize=_summarize,
 )
 
 

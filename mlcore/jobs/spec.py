@@ -47,6 +47,18 @@ class JobSpec:
     guide: str = ""
     #: Parameter values that run the kind on built-in samples in a few minutes on a CPU.
     sample: Mapping[str, Any] = field(default_factory=dict)
+    #: The one line at the top of a finished job's page, from its scalar metrics (name → value);
+    #: return "" when the metrics it needs are missing (an older or unfinished run).
+    summarize: Callable[[Mapping[str, Any]], str] | None = None
+
+    def summary_line(self, scalars: Mapping[str, Any]) -> str:
+        """``summarize`` applied defensively: a page must render even if a kind's summary breaks."""
+        if self.summarize is None:
+            return ""
+        try:
+            return self.summarize(scalars)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError):
+            return ""
 
     def __post_init__(self) -> None:
         if self.queue not in QUEUES:

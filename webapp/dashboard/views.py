@@ -10,15 +10,18 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 
-from mlcore.jobs.registry import all_kinds
-from webapp.accounts.models import Team
+from mlcore.jobs.registry import UnknownKind, all_kinds, get_kind
+from webapp.accounts.models import Membership, Team
 from webapp.accounts.selectors import members_of, membership_for
 from webapp.accounts.views import remember_team, remembered_team
+from webapp.dashboard.home import home_cards
 from webapp.jobs import selectors
 from webapp.jobs.models import Job
 
@@ -26,12 +29,38 @@ PAGE_SIZE = 25
 
 
 def home(request: HttpRequest) -> HttpResponse:
+    """Signed-in people land on their team's jobs; everyone else on the welcome page."""
     if not request.user.is_authenticated:
-        return redirect("accounts:login")
+        return welcome(request)
     team = remembered_team(request)
     if team is None:
         return redirect("accounts:team_create")
     return redirect("dashboard:index", team.slug)
+
+
+def welcome(request: HttpRequest) -> HttpResponse:
+    """What MoE Lab is, the flagship jobs and the research tools, each with "Try with a sample"."""
+    flagships, tools = home_cards()
+    return render(request, "dashboard/home.html", {"flagships": flagships, "tools": tools, "nav": "home"})
+
+
+@login_required
+def try_sample(request: HttpRequest, kind: str) -> HttpResponse:
+    """The kind's form filled in from ``spec.sample``, for the team the person last used (or any
+    team they may submit to). Logged-out visitors pass through the login page and come back here."""
+    try:
+        spec = get_kind(kind).spec
+    except UnknownKind:
+        raise Http404(f"No job kind is called {kind!r}; it may not be installed on this server.") from None
+    team = remembered_team(request)
+    if team is None or not membership_for(request.user, team.slug).can_write:
+        writable = [m.team for m in Membership.objects.filter(user=request.user).select_related("team") if m.can_write]
+        team = writable[0] if writable else None
+    if team is None:
+        messages.info(request, "Create a team first (or ask for write access to one): jobs belong to a team.")
+        return redirect("accounts:team_create")
+    url = reverse("jobs:submit", args=[team.slug, spec.name])
+    return redirect(f"{url}?sample=1" if spec.sample else url)
 
 
 def _filters(request: HttpRequest, team: Team) -> dict[str, Any]:

@@ -1,0 +1,203 @@
+"""Pre-train the base encoder, then fine-tune it with a mixture of LoRA experts (LD-MoLE, section 4
+of the method card): the procedures, apart from the networks they train."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from mlcore.lora.base import EncoderConfig, TinyEncoder
+from mlcore.lora.mixture import LoRAMixtureLinear, MixtureConfig, attach_lora_mixture, trainable_parameters
+from mlcore.lora.tasks import LENGTH, LEVELS, TaskBatch, parity_batch, pretrain_batch
+
+
+# -- pre-training ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PretrainConfig:
+    steps: int = 3000
+    batch_size: int = 128
+    lr: float = 3e-3
+    warmup: int = 100
+    weight_decay: float = 0.01
+    seed: int = 0
+
+
+def pretrain_loss(model: TinyEncoder, batch: TaskBatch) -> tuple[Tensor, float]:
+    """Per-position cross-entropy on the digit positions, and the token accuracy."""
+    logits = model.pretrain_head(model(batch.tokens)[:, 1:])
+    loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.targets.reshape(-1))
+    return loss, float((logits.argmax(-1) == batch.targets).float().mean())
+
+
+def pretrain(
+    config: PretrainConfig,
+    model_config: EncoderConfig | None = None,
+    *,
+    model: TinyEncoder | None = None,
+    optimizer_state: dict[str, Any] | None = None,
+    start_step: int = 0,
+    on_step: Callable[[int, float, float, TinyEncoder, torch.optim.Optimizer], None] | None = None,
+) -> TinyEncoder:
+    """Train the encoder on copy / reverse / prefix sum / sort; ``model`` + ``optimizer_state`` +
+    ``start_step`` resume an interrupted run (data are drawn from a generator seeded per step)."""
+    torch.manual_seed(config.seed)
+    model = model or TinyEncoder(model_config or EncoderConfig())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    if optimizer_state:
+        optimizer.load_state_dict(optimizer_state)
+    model.train()
+    for step in range(start_step, config.steps):
+        warm = min(1.0, (step + 1) / config.warmup)
+        cosine = 0.5 * (1 + torch.cos(torch.tensor(torch.pi * step / config.steps)).item())
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * warm * (0.05 + 0.95 * cosine)
+        generator = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
+        loss, accuracy = pretrain_loss(model, pretrain_batch(config.batch_size, generator))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if on_step is not None:
+            on_step(step, float(loss), accuracy, model, optimizer)
+    return model.eval()
+
+
+# -- fine-tuning -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FinetuneConfig:
+    steps: int = 400
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    label_smoothing: float = 0.1
+    train_examples: int = 4000
+    eval_examples: int = 2000
+    levels: tuple[int, ...] = LEVELS
+    seed: int = 0
+
+
+@dataclass
+class FinetuneResult:
+    accuracy: float
+    accuracy_by_level: dict[int, float]
+    #: Mean active experts per token, per adapted projection ("0.q", ...) and position.
+    active_heatmap: dict[str, list[float]]
+    #: How many (token, projection) pairs used 0, 1, 2, … experts.
+    active_histogram: list[int]
+    mean_active: float
+    zero_expert_rate: float
+    #: Share of (token, projection) pairs with at most 2 active experts.
+    at_most_two_rate: float
+    trainable_parameters: int
+    seconds: float
+    losses: list[tuple[int, float]] = field(default_factory=list)
+    mean_lambda: float | None = None
+
+    def metrics(self) -> dict[str, float]:
+        out = {
+            "accuracy": self.accuracy,
+            "mean_active_experts": self.mean_active,
+            "zero_expert_rate": self.zero_expert_rate,
+            "at_most_two_rate": self.at_most_two_rate,
+            "trainable_parameters": float(self.trainable_parameters),
+            "seconds": self.seconds,
+        }
+        out.update({f"accuracy_d{d}": a for d, a in self.accuracy_by_level.items()})
+        if self.mean_lambda is not None:
+            out["mean_lambda"] = self.mean_lambda
+        return out
+
+
+class Classifier(nn.Module):
+    """The adapted encoder and a fresh classification head on the first (level) token."""
+
+    def __init__(self, encoder: TinyEncoder, classes: int = 2) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = nn.Linear(encoder.config.hidden, classes)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.head(self.encoder(tokens)[:, 0])
+
+
+def _evaluate(
+    model: Classifier, adapted: list[tuple[str, LoRAMixtureLinear]], data: TaskBatch, levels: tuple[int, ...]
+) -> dict[str, Any]:
+    model.eval()
+    with torch.no_grad():
+        predictions = model(data.tokens).argmax(-1)
+    correct = (predictions == data.targets).float()
+    assert data.levels is not None
+    shape = data.tokens.shape
+    counts = torch.stack([module.active.reshape(shape) for _, module in adapted])  # [modules, B, N]
+    lams = [module.lam for _, module in adapted if module.lam is not None]
+    experts = max(module.num_experts for _, module in adapted)
+    return {
+        "accuracy": float(correct.mean()),
+        "by_level": {d: float(correct[data.levels == d].mean()) for d in levels},
+        "heatmap": {name: counts[i].float().mean(0).tolist() for i, (name, _) in enumerate(adapted)},
+        "histogram": torch.bincount(counts.reshape(-1), minlength=experts + 1).tolist(),
+        "mean_active": float(counts.float().mean()),
+        "zero_rate": float((counts == 0).float().mean()),
+        "at_most_two": float((counts <= 2).float().mean()),
+        "mean_lambda": float(torch.cat(lams).mean()) if lams else None,
+    }
+
+
+def finetune(
+    base: TinyEncoder,
+    mixture: MixtureConfig,
+    config: FinetuneConfig,
+    *,
+    on_step: Callable[[int, float], None] | None = None,
+) -> FinetuneResult:
+    """Fine-tune a copy of ``base`` (frozen) with LoRA experts and a classification head on the
+    parity levels, then evaluate on fresh examples."""
+    started = time.perf_counter()
+    torch.manual_seed(config.seed)
+    encoder = copy.deepcopy(base)
+    if any(d > LENGTH for d in config.levels):
+        raise ValueError(f"levels must not exceed the sequence length {LENGTH}")
+    adapted = attach_lora_mixture(encoder, mixture)
+    model = Classifier(encoder)
+    train = parity_batch(config.train_examples, torch.Generator().manual_seed(10_000 + config.seed), config.levels)
+    test = parity_batch(config.eval_examples, torch.Generator().manual_seed(20_000 + config.seed), config.levels)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, config.lr, total_steps=config.steps, pct_start=0.1)
+    order = torch.Generator().manual_seed(config.seed)
+    losses: list[tuple[int, float]] = []
+    model.train()
+    for step in range(config.steps):
+        index = torch.randint(0, config.train_examples, (config.batch_size,), generator=order)
+        logits = model(train.tokens[index])
+        loss = nn.functional.cross_entropy(logits, train.targets[index], label_smoothing=config.label_smoothing)
+        loss = loss + sum((module.aux_loss for _, module in adapted), torch.zeros(()))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append((step, float(loss)))
+        if on_step is not None:
+            on_step(step, float(loss))
+    ev = _evaluate(model, adapted, test, config.levels)
+    return FinetuneResult(
+        accuracy=ev["accuracy"],
+        accuracy_by_level=ev["by_level"],
+        active_heatmap=ev["heatmap"],
+        active_histogram=ev["histogram"],
+        mean_active=ev["mean_active"],
+        zero_expert_rate=ev["zero_rate"],
+        at_most_two_rate=ev["at_most_two"],
+        trainable_parameters=trainable_parameters(model),
+        seconds=time.perf_counter() - started,
+        losses=losses,
+        mean_lambda=ev["mean_lambda"],
+    )

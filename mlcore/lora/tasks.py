@@ -1,0 +1,69 @@
+"""Procedural tasks for the LD-MoLE reproduction (method card, section 4).
+
+Sequences of ``length`` digits 0–9, read by a small encoder.
+
+- **Pre-training** (per-position targets, the task named by the first token): copy, reverse,
+  prefix sum mod 10 and sort. They teach the base model to move and combine digits.
+- **Fine-tuning** (sequence classification, graded difficulty d = 2…6, the level named by the
+  first token): the parity of the number of "high" digits (≥ 5) among the first d positions.
+  Parity of d bits is harder the larger d is, and none of the pre-training tasks computes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+PAD = 0
+#: The first token names the pre-training task (2…5) or the fine-tuning level (10 + d).
+PRETRAIN_TASKS: tuple[str, ...] = ("copy", "reverse", "prefix-sum", "sort")
+TASK_TOKEN = {name: 2 + i for i, name in enumerate(PRETRAIN_TASKS)}
+LEVEL_OFFSET = 10
+LEVELS: tuple[int, ...] = (2, 3, 4, 5, 6)
+DIGIT_OFFSET = 20
+VOCAB_SIZE = DIGIT_OFFSET + 10
+LENGTH = 8
+
+
+@dataclass
+class TaskBatch:
+    tokens: Tensor  #: [B, 1 + length] int64: the task or level token, then the digits
+    targets: Tensor  #: [B, length] (pre-training) or [B] (fine-tuning) int64
+    levels: Tensor | None = None  #: [B] the difficulty d of each fine-tuning example
+
+
+def _digits(n: int, length: int, generator: torch.Generator) -> Tensor:
+    return torch.randint(0, 10, (n, length), generator=generator)
+
+
+def pretrain_batch(n: int, generator: torch.Generator, length: int = LENGTH) -> TaskBatch:
+    """n examples drawn uniformly over the four pre-training tasks."""
+    digits = _digits(n, length, generator)
+    task = torch.randint(0, len(PRETRAIN_TASKS), (n,), generator=generator)
+    outputs = torch.stack(
+        [digits, digits.flip(-1), digits.cumsum(-1) % 10, digits.sort(dim=-1).values], dim=1
+    )  # [n, tasks, length]
+    targets = outputs[torch.arange(n), task]
+    first = torch.tensor([TASK_TOKEN[t] for t in PRETRAIN_TASKS])[task]
+    return TaskBatch(torch.cat([first[:, None], digits + DIGIT_OFFSET], dim=1), targets)
+
+
+def parity_labels(digits: Tensor, levels: Tensor) -> Tensor:
+    """Parity of the count of digits ≥ 5 among the first d positions of each row."""
+    high = (digits >= 5).long()
+    mask = torch.arange(digits.shape[1])[None, :] < levels[:, None]
+    return (high * mask).sum(-1) % 2
+
+
+def parity_batch(
+    n: int, generator: torch.Generator, levels: tuple[int, ...] = LEVELS, length: int = LENGTH
+) -> TaskBatch:
+    """n fine-tuning examples, levels drawn uniformly from ``levels``."""
+    if not levels or min(levels) < 1 or max(levels) > length:
+        raise ValueError(f"parity levels must lie in 1…{length}, got {levels}")
+    digits = _digits(n, length, generator)
+    level = torch.tensor(levels)[torch.randint(0, len(levels), (n,), generator=generator)]
+    tokens = torch.cat([(LEVEL_OFFSET + level)[:, None], digits + DIGIT_OFFSET], dim=1)
+    return TaskBatch(tokens, parity_labels(digits, level), level)
