@@ -41,6 +41,9 @@ INSTALLED_APPS = [
     "webapp.dashboard",
     "webapp.guides",
 ]
+# The watermark key registry and public portal (issue 6); its verify-queue task lives in workers/verify.py.
+INSTALLED_APPS += ["webapp.portal"]
+CELERY_IMPORTS = ["workers.verify"]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -194,6 +197,8 @@ WORKER_MEMORY_LIMIT = env_int("MOELAB_WORKER_MEMORY_BYTES", 0)
 # -- team library (uploads land in a local part file until complete; workers cache items by sha256) --
 LIBRARY_UPLOAD_DIR = Path(env_str("MOELAB_UPLOAD_DIR", str(VAR_DIR / "uploads")))
 LIBRARY_MAX_BYTES = env_int("MOELAB_LIBRARY_MAX_BYTES", 64 * 2**30)
+# An upload with no new chunk for this long is abandoned: its row and part file are dropped.
+LIBRARY_UPLOAD_ABANDON_SECONDS = env_int("MOELAB_UPLOAD_ABANDON_SECONDS", 24 * 3600)
 LIBRARY_CACHE_DIR = Path(env_str("MOELAB_LIBRARY_CACHE", str(VAR_DIR / "library-cache")))
 LIBRARY_CACHE_BYTES = env_int("MOELAB_LIBRARY_CACHE_BYTES", 20 * 2**30)
 #: A pending item whose validation was asked this long ago without an answer is asked again.

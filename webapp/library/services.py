@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -99,6 +100,7 @@ def upload_start(
     _require_write(team, user)
     if not 0 < size <= settings.LIBRARY_MAX_BYTES:
         raise LibraryError(f"The file must be 1 to {settings.LIBRARY_MAX_BYTES} bytes; it is {size}.")
+    sweep_abandoned_uploads()
     upload = ChunkedUpload.objects.create(
         team=team,
         user=user,
@@ -110,6 +112,20 @@ def upload_start(
     part_path(upload).parent.mkdir(parents=True, exist_ok=True)
     part_path(upload).write_bytes(b"")
     return upload
+
+
+def sweep_abandoned_uploads(*, idle_seconds: int | None = None) -> int:
+    """Drop uploads nobody appended to for ``idle_seconds``, with their part files; returns how many.
+
+    Part files live on the web host that received them, so the sweep runs on the web side (each new
+    upload starts one) rather than in beat, which may run on a host without those files.
+    """
+    idle_seconds = idle_seconds if idle_seconds is not None else settings.LIBRARY_UPLOAD_ABANDON_SECONDS
+    cutoff = timezone.now() - timedelta(seconds=idle_seconds)
+    abandoned = list(ChunkedUpload.objects.filter(updated_at__lt=cutoff))
+    for upload in abandoned:
+        _discard(upload)
+    return len(abandoned)
 
 
 def upload_append(*, upload: ChunkedUpload, offset: int, stream: IO[bytes], length: int) -> int:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 
 from webapp.accounts.models import Team
 from webapp.library import services
@@ -49,6 +51,17 @@ def test_an_interrupted_upload_resumes_from_the_offset_the_server_holds(team: Te
         assert f.read() == DATA
     assert not ChunkedUpload.objects.filter(pk=upload.pk).exists()
     assert ingest_item(item.pk) == "ready"
+
+
+def test_an_abandoned_upload_is_swept_with_its_part_file_when_the_next_one_starts(team: Team, owner: User) -> None:
+    old = start(team, owner)
+    services.upload_append(upload=old, offset=0, stream=io.BytesIO(DATA[:100]), length=100)
+    fresh = start(team, owner)
+    ChunkedUpload.objects.filter(pk=old.pk).update(updated_at=timezone.now() - timedelta(days=2))
+    newest = start(team, owner)
+    assert set(ChunkedUpload.objects.values_list("pk", flat=True)) == {fresh.pk, newest.pk}
+    assert not services.part_path(old).exists()
+    assert services.part_path(fresh).exists()
 
 
 def test_it_refuses_to_complete_an_upload_with_bytes_missing(team: Team, owner: User) -> None:
