@@ -14,5 +14,6 @@ urlpatterns = [
     path("", include("webapp.jobs.urls")),
     path("", include("webapp.library.urls")),
     path("", include("webapp.dashboard.urls")),
+    path("", include("webapp.portal.urls")),
     path("", include("webapp.guides.urls")),
 ]

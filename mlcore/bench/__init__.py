@@ -12,4 +12,7 @@ BENCHMARKS: dict[str, str] = {
     "el": "mlcore.bench.el",
     "distill": "mlcore.bench.distill",
     "mixture": "mlcore.bench.mixture",
+    "watermark": "mlcore.bench.watermark",
+    "video": "mlcore.bench.video",
+    "pointcloud": "mlcore.bench.pointcloud",
 }

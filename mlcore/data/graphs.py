@@ -80,7 +80,12 @@ BASIS_SHIFT: dict[str, tuple[str, ...]] = {
     "ood_test": ("path",),
 }
 BASIS_WIDTHS = (8, 20)
-SIZE_SHIFT: dict[str, tuple[int, ...]] = {"train": (6, 10, 15), "id_val": (6, 10, 15), "ood_val": (30,), "ood_test": (70,)}
+SIZE_SHIFT: dict[str, tuple[int, ...]] = {
+    "train": (6, 10, 15),
+    "id_val": (6, 10, 15),
+    "ood_val": (30,),
+    "ood_test": (70,),
+}
 
 
 class GraphFormatError(ValueError):
@@ -160,7 +165,9 @@ def motif_graph(name: str) -> nx.Graph:
     raise ValueError(f"unknown motif {name!r}; known: {', '.join(MOTIFS)}")
 
 
-def compose(base: nx.Graph, motif: nx.Graph, rng: np.random.Generator, edge_noise: float) -> tuple[int, np.ndarray, np.ndarray]:
+def compose(
+    base: nx.Graph, motif: nx.Graph, rng: np.random.Generator, edge_noise: float
+) -> tuple[int, np.ndarray, np.ndarray]:
     """Attach ``motif`` to ``base`` by one edge, add random noise edges; return (nodes, edges, mask)."""
     n_base = base.number_of_nodes()
     n = n_base + motif.number_of_nodes()
@@ -170,7 +177,7 @@ def compose(base: nx.Graph, motif: nx.Graph, rng: np.random.Generator, edge_nois
     edges |= motif_edges | {anchor}
     # Noise edges land anywhere (also touching the motif) but never duplicate an edge, so the
     # motif's own edges stay exactly the ground truth.
-    extra = int(round(edge_noise * len(edges)))
+    extra = round(edge_noise * len(edges))
     tries = 0
     while extra > 0 and tries < 100 * (extra + 1):
         u, v = sorted(int(x) for x in rng.choice(n, size=2, replace=False))
@@ -216,10 +223,7 @@ def generate_motif_graphs(
     for split, count in _split_sizes(n_graphs).items():
         labels = rng.permutation(np.arange(count) % n_classes)
         for clean in labels.tolist():
-            if variant == "heterogeneous":
-                motif = HETEROGENEOUS[clean][int(rng.integers(2))]
-            else:
-                motif = clean
+            motif = HETEROGENEOUS[clean][int(rng.integers(2))] if variant == "heterogeneous" else clean
             if shift == "basis":
                 base = BASIS_SHIFT[split][int(rng.integers(len(BASIS_SHIFT[split])))]
                 width = int(rng.integers(BASIS_WIDTHS[0], BASIS_WIDTHS[1] + 1))
@@ -314,7 +318,9 @@ def _graph(item: Any, index: int, n_classes: int, n_motifs: int) -> GraphSample:
     nodes = _int(item["nodes"], f"{where}: nodes", low=1, high=MAX_NODES)
     label = _int(item["label"], f"{where}: label", low=0, high=n_classes - 1)
     if item["split"] not in SPLITS:
-        raise GraphFormatError(f"{where}: split must be one of {', '.join(SPLITS)}, got {json.dumps(item['split'])[:40]}")
+        raise GraphFormatError(
+            f"{where}: split must be one of {', '.join(SPLITS)}, got {json.dumps(item['split'])[:40]}"
+        )
     raw = item["edges"]
     if not isinstance(raw, list) or len(raw) > MAX_EDGES:
         raise GraphFormatError(f"{where}: edges must be a list of at most {MAX_EDGES} [u, v] pairs")
@@ -325,7 +331,8 @@ def _graph(item: Any, index: int, n_classes: int, n_motifs: int) -> GraphSample:
     if len(edges) and (edges[:, 0] == edges[:, 1]).any():
         bad = int(np.flatnonzero(edges[:, 0] == edges[:, 1])[0])
         raise GraphFormatError(f"{where}: edge {bad} is a self-loop; remove it")
-    if len(np.unique(np.sort(edges, axis=1), axis=0)) != len(edges):
+    keys = edges.min(axis=1) * nodes + edges.max(axis=1)
+    if len(set(keys.tolist())) != len(edges):
         raise GraphFormatError(f"{where}: an edge is listed twice (edges are undirected; list each once)")
     mask = None
     if item.get("edge_mask") is not None:
@@ -354,7 +361,9 @@ def parse_graphs(doc: Any, *, name: str = "graphs") -> GraphSet:
         raise GraphFormatError('"graphs" must be a non-empty list')
     if len(graphs) > MAX_GRAPHS:
         raise GraphFormatError(f"at most {MAX_GRAPHS} graphs per file, got {len(graphs)}")
-    total = sum(len(g.get("edges", ())) if isinstance(g, dict) and isinstance(g.get("edges"), list) else 0 for g in graphs)
+    total = sum(
+        len(g.get("edges", ())) if isinstance(g, dict) and isinstance(g.get("edges"), list) else 0 for g in graphs
+    )
     if total > MAX_TOTAL_EDGES:
         raise GraphFormatError(f"at most {MAX_TOTAL_EDGES} edges in all, got {total}")
     classes = _names(doc, "classes")

@@ -23,11 +23,29 @@ from PIL import Image
 
 #: scikit-image sample photos (file names in ``skimage/data``); grey ones are replicated to RGB.
 SKIMAGE_PHOTOS: tuple[str, ...] = (
-    "astronaut.png", "brick.png", "camera.png", "cell.png", "chelsea.png", "coffee.png", "coins.png",
-    "color.png", "grass.png", "gravel.png", "horse.png", "hubble_deep_field.jpg", "ihc.png",
-    "microaneurysms.png", "moon.png", "motorcycle_left.png", "motorcycle_right.png", "page.png",
-    "retina.jpg", "rocket.jpg", "text.png", "logo.png",
-)  # fmt: skip
+    "astronaut.png",
+    "brick.png",
+    "camera.png",
+    "cell.png",
+    "chelsea.png",
+    "coffee.png",
+    "coins.png",
+    "color.png",
+    "grass.png",
+    "gravel.png",
+    "horse.png",
+    "hubble_deep_field.jpg",
+    "ihc.png",
+    "microaneurysms.png",
+    "moon.png",
+    "motorcycle_left.png",
+    "motorcycle_right.png",
+    "page.png",
+    "retina.jpg",
+    "rocket.jpg",
+    "text.png",
+    "logo.png",
+)
 #: Photos held out for the ``test`` split (never seen in training).
 TEST_PHOTOS: frozenset[str] = frozenset({"coffee.png", "rocket.jpg", "flower.jpg", "motorcycle_right.png"})
 SPLITS = ("train", "test")
@@ -85,7 +103,11 @@ def split_photos(split: str) -> tuple[Photo, ...]:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; use one of {SPLITS}")
     # Faces and digits: every fifth one is held out, so both splits see all three kinds of content.
-    held = {p.name for p in photos() if p.name in TEST_PHOTOS or (p.name[:4] in ("lfw_", "digi") and int(p.name[-2:]) % 5 == 0)}
+    held = {
+        p.name
+        for p in photos()
+        if p.name in TEST_PHOTOS or (p.name[:4] in ("lfw_", "digi") and int(p.name[-2:]) % 5 == 0)
+    }
     return tuple(p for p in photos() if (p.name in held) == (split == "test"))
 
 
@@ -104,7 +126,7 @@ def image_crops(n: int, size: int = 32, *, seed: int = 0, split: str = "train") 
         pixels = pool[index].pixels
         h, w = pixels.shape[:2]
         short = min(h, w)
-        side = int(round(np.exp(rng.uniform(np.log(min(size, short)), np.log(short)))))
+        side = round(np.exp(rng.uniform(np.log(min(size, short)), np.log(short))))
         top, left = rng.integers(0, h - side + 1), rng.integers(0, w - side + 1)
         crop = Image.fromarray(pixels[top : top + side, left : left + side])
         if side != size:

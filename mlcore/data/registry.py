@@ -29,6 +29,76 @@ DATASETS: tuple[BuiltinItem, ...] = (
         builder="mlcore.data.text:build_stdlib_source",
         card={"source": "CPython standard library", "license": "PSF"},
     ),
+    BuiltinItem(
+        name="molm-samples",
+        kind="images",
+        title="MOLM sample images (8 marked with the demo key, 8 unmarked)",
+        description="32×32 images from the zoo's molm-tiny generator, half under the demo watermark key.",
+        builder="mlcore.watermark.demo:build_samples",
+        card={"generator": "zoo:molm-tiny", "keyring": "zoo:molm-demo-keyring"},
+        stamp="mlcore/zoo/checkpoints/molm/manifest.json",
+    ),
+    BuiltinItem(
+        name="molm-demo-keyring",
+        kind="watermark-keyring",
+        title="MOLM demo keyring (one public demo key)",
+        description="The key that marked molm-samples, labelled 'MoE Lab demo'; for trying watermark-verify.",
+        builder="mlcore.watermark.demo:build_demo_keyring",
+    ),
+    BuiltinItem(
+        name="motif-heterogeneous",
+        kind="graphs",
+        title="Motif graphs, basis shift, two motifs per class",
+        description="2,500 GOOD-Motif-style graphs (clean-room generator): a class is caused by either of two motifs; "
+        "trained on wheel/tree/ladder bases, tested on paths. 10% label noise.",
+        builder="mlcore.data.graphs:build_motif_heterogeneous",
+        card={"source": "mlcore.data.graphs generator, seed 0", "license": "generated"},
+    ),
+    BuiltinItem(
+        name="motif-basis",
+        kind="graphs",
+        title="Motif graphs, basis shift",
+        description="2,500 GOOD-Motif-style graphs: house, cycle or crane on wheel/tree/ladder (train), star (OOD "
+        "validation), path (OOD test). 10% label noise.",
+        builder="mlcore.data.graphs:build_motif_basis",
+        card={"source": "mlcore.data.graphs generator, seed 0", "license": "generated"},
+    ),
+    BuiltinItem(
+        name="motif-size",
+        kind="graphs",
+        title="Motif graphs, size shift",
+        description="2,500 GOOD-Motif-style graphs: bases of width 6-15 for training, 30 for OOD validation, 70 for "
+        "OOD test. 10% label noise.",
+        builder="mlcore.data.graphs:build_motif_size",
+        card={"source": "mlcore.data.graphs generator, seed 0", "license": "generated"},
+    ),
+    BuiltinItem(
+        name="synmix-room",
+        kind="pointclouds",
+        title="SynMix sample room (depth camera)",
+        description="A procedural room seen by a fused RGB-D camera, ~11k points, labelled PLY (mlcore.pointcloud.samples).",
+        builder="mlcore.pointcloud.samples:build_room",
+        card={"source": "procedural (SynMix dataset A, validation scan 0)", "license": "generated"},
+    ),
+    BuiltinItem(
+        name="synmix-street",
+        kind="pointclouds",
+        title="SynMix sample street (64-beam LiDAR)",
+        description="A procedural street seen by a 64-beam LiDAR with intensity, ~27k points, labelled PLY.",
+        builder="mlcore.pointcloud.samples:build_street",
+        card={"source": "procedural (SynMix dataset C, validation scan 0)", "license": "generated"},
+    ),
+    BuiltinItem(
+        name="photo-crops",
+        kind="images",
+        title="Offline photo crops (32×32)",
+        description=(
+            "2,048 train and 512 test seeded 32×32 crops of scikit-image's sample photos, lfw_subset faces, "
+            "scikit-learn's china/flower and digits; split by photo (the MOLM generator's training images)."
+        ),
+        builder="mlcore.data.images:build_image_crops",
+        card={"source": "scikit-image and scikit-learn sample data", "license": "see the packages' data notices"},
+    ),
 )
 
 #: The three distinct text sources that the zoo's language models train on and are evaluated on.

@@ -110,7 +110,7 @@ def bouncing_digits(
     clips = np.full((n, frames, size, size), -1.0, dtype=np.float32)
     for i in range(n):
         glyph = images[rng.choice(by_digit[int(want_digits[i])])]
-        speed = 0 if static else int(rng.integers(1, 3))
+        speed = 0 if static else min(room, int(rng.integers(1, 3)))  # a canvas the glyph fills cannot move it
         dy, dx = _STEPS[int(want_dirs[i])]
         # The first step never bounces, so the direction label is visible between frames 0 and 1.
         start = (_start(rng, dy * speed, room), _start(rng, dx * speed, room))

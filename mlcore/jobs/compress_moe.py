@@ -95,7 +95,15 @@ spec = JobSpec(
         "Lower Δ perplexity and a smaller cloze accuracy drop are better. 'effective' sizes count a novice as "
         "one vector; the pruned map shows which experts each method kept, turned into novices, merged or deleted."
     ),
-    sample={"model": "zoo:moe-lm-tiny", "dataset": "zoo:shakespeare", "samples": 16, "methods": "mone,frequency"},
+    sample={
+        "model": "zoo:moe-lm-tiny",
+        "dataset": "zoo:shakespeare",
+        "samples": 16,
+        "methods": ["mone", "frequency"],
+        "eval_windows": 32,
+        "cloze_items": 20,
+        "seed": 0,
+    },
     summarize=_summarize,
 )
 

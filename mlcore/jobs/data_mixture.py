@@ -31,6 +31,8 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
     weights = sorted(
         ((v, k.removeprefix("final_w/")) for k, v in scalars.items() if k.startswith("final_w/")), reverse=True
     )
+    if not weights:
+        return ""
     line = "Found mixture: " + ", ".join(f"{name} {w:.2f}" for w, name in weights)
     if "confirm_bpb_found" in scalars:
         line += (
@@ -84,7 +86,7 @@ spec = JobSpec(
         "confirmation trains fresh models on the found mixture and on uniform sampling: lower target bits per "
         "byte is better. If the two tie, the search found nothing the uniform mixture lacks."
     ),
-    sample={"sources": "shakespeare,stdlib-source", "steps": 60, "confirm_steps": 60, "seed": 0},
+    sample={"sources": ["shakespeare", "stdlib-source"], "steps": 60, "confirm_steps": 60, "seed": 0},
     summarize=_summarize,
 )
 

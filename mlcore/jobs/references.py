@@ -15,6 +15,9 @@ from mlcore.catalog import BuiltinItem, materialize
 from mlcore.jobs.params import Dataset, Key, Model
 from mlcore.jobs.spec import JobError
 
+#: ``keyring:platform``: every key registered on the web platform (a ``watermark-keyring`` dataset).
+KEYRING_PREFIX = "keyring:"
+
 
 class Resolver(Protocol):
     def resolve(self, param: Model | Dataset | Key, reference: str) -> Path: ...
@@ -34,10 +37,14 @@ def builtin_for(param: Model | Dataset, reference: str) -> BuiltinItem | None:
     item = builtin_items().get(name)
     if item is None:
         if reference.startswith("zoo:"):
-            raise JobError(f"{param.title}: there is no built-in item named {name!r}.")
+            choices = [f"zoo:{n}" for n, i in builtin_items().items() if not param.accepts or i.kind in param.accepts]
+            hint = f"pick one of {', '.join(choices)}" if choices else "pick one from the list"
+            raise JobError(f"{param.title}: there is no built-in item named {name!r}; {hint}, or a library item.")
         return None
     if param.accepts and item.kind not in param.accepts:
-        raise JobError(f"{param.title}: {name!r} is a {item.kind}; this job accepts {', '.join(param.accepts)}.")
+        raise JobError(
+            f"{param.title}: {name!r} is a {item.kind}; this job accepts {', '.join(param.accepts)}. Pick another item."
+        )
     return item
 
 
@@ -50,7 +57,12 @@ class LocalResolver:
 
     def resolve(self, param: Model | Dataset | Key, reference: str) -> Path:
         if isinstance(param, Key):
-            raise JobError(f"{param.title}: watermark keys are available only through the web platform.")
+            return self._key_file(param, reference)
+        if reference.startswith(KEYRING_PREFIX):
+            raise JobError(
+                f"{param.title}: {reference!r} is the web platform's key registry; in moelab run pass a keyring "
+                'JSON file ({"version": 1, "keys": [{"id", "name", "organisation", "bits", "revoked"}]}).'
+            )
         item = builtin_for(param, reference)
         if item is not None:
             return materialize(item, self.cache)
@@ -60,3 +72,19 @@ class LocalResolver:
         if self.allow_paths and path.exists():
             return path.resolve()
         raise JobError(f"{param.title}: {reference!r} is neither a built-in item nor an existing path.")
+
+    def _key_file(self, param: Key, reference: str) -> Path:
+        """A key file ``{"id", "name", "bits"}`` on disk (key ids live in the platform's registry)."""
+        from mlcore.watermark.keys import InvalidKey, load_key_file
+
+        path = Path(reference).expanduser()
+        if not (self.allow_paths and path.is_file()):
+            raise JobError(
+                f"{param.title}: key ids are available only through the web platform; in moelab run pass a "
+                'key file {"id": ..., "name": ..., "bits": "0101..."}.'
+            )
+        try:
+            load_key_file(path)
+        except InvalidKey as exc:
+            raise JobError(f"{param.title}: {exc}") from None
+        return path.resolve()

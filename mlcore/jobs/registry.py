@@ -26,6 +26,17 @@ KIND_MODULES: tuple[str, ...] = (
     "mlcore.jobs.moe_planner",
     "mlcore.jobs.distill",
     "mlcore.jobs.data_mixture",
+    "mlcore.jobs.lora_moe_finetune",
+    "mlcore.jobs.router_align",
+    "mlcore.jobs.graph_ood",
+    "mlcore.jobs.watermark_verify",
+    "mlcore.jobs.watermark_train",
+    "mlcore.jobs.watermark_generate",
+    "mlcore.jobs.watermark_robustness",
+    "mlcore.jobs.pointcloud_segment",
+    "mlcore.jobs.pointcloud_train",
+    "mlcore.jobs.video_generate",
+    "mlcore.jobs.video_train",
 )
 
 

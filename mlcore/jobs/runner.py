@@ -56,9 +56,12 @@ def check_files(kind: Kind, files: Mapping[str, list[Path]], workdir: Path) -> I
         for index, path in enumerate(paths):
             size = path.stat().st_size
             if size > param.max_bytes:
-                raise JobError(f"{param.title}: {path.name} is {size} bytes; the limit is {param.max_bytes}.")
+                raise JobError(
+                    f"{param.title}: {path.name} is {size} bytes; the limit is {param.max_bytes}. Upload a smaller "
+                    "file, or ask an admin to register a large input in the team library."
+                )
             if size == 0:
-                raise JobError(f"{param.title}: {path.name} is empty.")
+                raise JobError(f"{param.title}: {path.name} is empty. Upload it again; it may have been cut off.")
             found = sniff.require_format(path, param.formats, label=f"{param.title} ({path.name})")
             if found in ARCHIVES:
                 path = sniff.unpack(path, workdir / "inputs" / param.name / str(index))

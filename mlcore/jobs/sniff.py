@@ -49,6 +49,11 @@ def sniff(path: Path) -> str | None:
             if name == "gzip":
                 return "tar" if _is_tar(path) else "gzip"
             return name
+    # Point clouds (pcd, las/laz as "las", xyz/xyzrgb/pts text as "xyz"): their module knows them.
+    from mlcore.pointcloud.io.formats import upload_format
+
+    if (cloud := upload_format(head)) is not None:
+        return cloud
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "webp"
     if head[4:8] == b"ftyp":
@@ -94,7 +99,10 @@ def require_format(path: Path, formats: tuple[str, ...], *, label: str) -> str:
     found = sniff(path)
     if formats and found not in formats:
         what = f"a {found} file" if found else "a file of unknown format"
-        raise JobError(f"{label}: expected {' or '.join(formats)}, got {what}.")
+        raise JobError(
+            f"{label}: expected {' or '.join(formats)}, got {what}. Upload a {' or '.join(formats)} file "
+            "(the format is read from the content, not from the file name)."
+        )
     return found or "unknown"
 
 

@@ -4,6 +4,7 @@ of the method card): the procedures, apart from the networks they train."""
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,7 +15,20 @@ from torch import Tensor, nn
 
 from mlcore.lora.base import EncoderConfig, TinyEncoder
 from mlcore.lora.mixture import LoRAMixtureLinear, MixtureConfig, attach_lora_mixture, trainable_parameters
-from mlcore.lora.tasks import LENGTH, LEVELS, TaskBatch, parity_batch, pretrain_batch
+from mlcore.lora.tasks import LENGTH, LEVELS, TaskBatch, level_batch, pretrain_batch
+
+
+def warmup_cosine(optimizer: torch.optim.Optimizer, steps: int, warmup: float = 0.1) -> Any:
+    """Linear warm-up over the first ``warmup`` share of the steps, then cosine decay to 5 %."""
+    ramp = max(1, int(warmup * steps))
+
+    def factor(step: int) -> float:
+        if step < ramp:
+            return (step + 1) / ramp
+        progress = (step - ramp) / max(1, steps - ramp)
+        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 # -- pre-training ------------------------------------------------------------------------------
@@ -64,7 +78,7 @@ def pretrain(
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         if on_step is not None:
-            on_step(step, float(loss), accuracy, model, optimizer)
+            on_step(step, loss.item(), accuracy, model, optimizer)
     return model.eval()
 
 
@@ -79,6 +93,7 @@ class FinetuneConfig:
     train_examples: int = 4000
     eval_examples: int = 2000
     levels: tuple[int, ...] = LEVELS
+    task: str = "majority"
     seed: int = 0
 
 
@@ -158,7 +173,7 @@ def finetune(
     on_step: Callable[[int, float], None] | None = None,
 ) -> FinetuneResult:
     """Fine-tune a copy of ``base`` (frozen) with LoRA experts and a classification head on the
-    parity levels, then evaluate on fresh examples."""
+    task's levels, then evaluate on fresh examples."""
     started = time.perf_counter()
     torch.manual_seed(config.seed)
     encoder = copy.deepcopy(base)
@@ -166,11 +181,15 @@ def finetune(
         raise ValueError(f"levels must not exceed the sequence length {LENGTH}")
     adapted = attach_lora_mixture(encoder, mixture)
     model = Classifier(encoder)
-    train = parity_batch(config.train_examples, torch.Generator().manual_seed(10_000 + config.seed), config.levels)
-    test = parity_batch(config.eval_examples, torch.Generator().manual_seed(20_000 + config.seed), config.levels)
+    train = level_batch(
+        config.task, config.train_examples, torch.Generator().manual_seed(10_000 + config.seed), config.levels
+    )
+    test = level_batch(
+        config.task, config.eval_examples, torch.Generator().manual_seed(20_000 + config.seed), config.levels
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, config.lr, total_steps=config.steps, pct_start=0.1)
+    schedule = warmup_cosine(optimizer, config.steps)
     order = torch.Generator().manual_seed(config.seed)
     losses: list[tuple[int, float]] = []
     model.train()
@@ -184,9 +203,9 @@ def finetune(
         nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         schedule.step()
-        losses.append((step, float(loss)))
+        losses.append((step, loss.item()))
         if on_step is not None:
-            on_step(step, float(loss))
+            on_step(step, losses[-1][1])
     ev = _evaluate(model, adapted, test, config.levels)
     return FinetuneResult(
         accuracy=ev["accuracy"],

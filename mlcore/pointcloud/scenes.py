@@ -85,6 +85,9 @@ class Scene:
     #: Where sensors may stand: (x0, y0, x1, y1) of the free floor area, and the room height (indoor).
     free_area: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)
     height: float = 3.0
+    #: Indoor scans keep only points inside these xy bounds (rays leaving through doors and windows
+    #: would otherwise hit the endless ground plane).
+    bounds: tuple[float, float, float, float] | None = None
 
     def _tint(self, rng: np.random.Generator, label: str, spread: float) -> tuple[float, float, float]:
         base = np.array(BASE_COLOUR[label])
@@ -98,7 +101,9 @@ class Scene:
         self.box_labels.append(LABEL_ID[label])
         self.box_colours.append(self._tint(rng, label, spread))
 
-    def cylinder(self, rng: np.random.Generator, label: str, cx: float, cy: float, z0: float, z1: float, r: float) -> None:
+    def cylinder(
+        self, rng: np.random.Generator, label: str, cx: float, cy: float, z0: float, z1: float, r: float
+    ) -> None:
         self.cylinders.append((cx, cy, z0, z1, r))
         self.cylinder_labels.append(LABEL_ID[label])
         self.cylinder_colours.append(self._tint(rng, label, 0.05))
@@ -162,7 +167,13 @@ def _table(scene: Scene, rng: np.random.Generator, x: float, y: float, w: float,
         s = rng.uniform(0.08, 0.25)
         cx, cy = rng.uniform(x + s, x + w - s), rng.uniform(y + s, y + d - s)
         if rng.random() < 0.5:
-            scene.box(rng, "clutter", (cx - s / 2, cy - s / 2, top), (cx + s / 2, cy + s / 2, top + rng.uniform(0.05, 0.3)), 0.25)
+            scene.box(
+                rng,
+                "clutter",
+                (cx - s / 2, cy - s / 2, top),
+                (cx + s / 2, cy + s / 2, top + rng.uniform(0.05, 0.3)),
+                0.25,
+            )
         else:
             scene.sphere(rng, "clutter", cx, cy, top + s / 2, s / 2)
 
@@ -172,7 +183,12 @@ def _chair(scene: Scene, rng: np.random.Generator, x: float, y: float) -> None:
     seat = rng.uniform(0.42, 0.48)
     scene.box(rng, "chair", (x, y, seat - 0.05), (x + s, y + s, seat))
     side = rng.integers(4)  # which edge carries the back rest
-    back = [(x, y, x + s, y + 0.05), (x, y + s - 0.05, x + s, y + s), (x, y, x + 0.05, y + s), (x + s - 0.05, y, x + s, y + s)][side]
+    back = [
+        (x, y, x + s, y + 0.05),
+        (x, y + s - 0.05, x + s, y + s),
+        (x, y, x + 0.05, y + s),
+        (x + s - 0.05, y, x + s, y + s),
+    ][side]
     scene.box(rng, "chair", (back[0], back[1], seat), (back[2], back[3], seat + rng.uniform(0.35, 0.5)))
     for lx, ly in ((x, y), (x + s - 0.04, y), (x, y + s - 0.04), (x + s - 0.04, y + s - 0.04)):
         scene.box(rng, "chair", (lx, ly, 0.0), (lx + 0.04, ly + 0.04, seat - 0.05))
@@ -185,6 +201,7 @@ def room(rng: np.random.Generator, *, size: tuple[float, float] = (4.0, 7.5), fu
     w, d = rng.uniform(*size, size=2)
     h = rng.uniform(2.6, 3.1)
     scene = Scene("indoor", LABEL_ID["floor"], BASE_COLOUR["floor"], free_area=(0.6, 0.6, w - 0.6, d - 0.6), height=h)
+    scene.bounds = (-0.15, -0.15, w + 0.15, d + 0.15)
     scene.box(rng, "ceiling", (-0.1, -0.1, h), (w + 0.1, d + 0.1, h + 0.1), spread=0.02)
     for axis, fixed, length in ((0, 0.0, w), (0, d, w), (1, 0.0, d), (1, w, d)):
         _wall(scene, rng, axis, fixed, length, h, openings=int(rng.integers(0, 3)))
@@ -217,7 +234,9 @@ def room(rng: np.random.Generator, *, size: tuple[float, float] = (4.0, 7.5), fu
         s = rng.uniform(0.15, 0.5)
         cx, cy = rng.uniform(0.3, w - 0.3), rng.uniform(0.3, d - 0.3)
         if rng.random() < 0.6:
-            scene.box(rng, "clutter", (cx, cy, 0), (cx + s, cy + s * rng.uniform(0.5, 1.5), s * rng.uniform(0.5, 2)), 0.25)
+            scene.box(
+                rng, "clutter", (cx, cy, 0), (cx + s, cy + s * rng.uniform(0.5, 1.5), s * rng.uniform(0.5, 2)), 0.25
+            )
         else:
             scene.cylinder(rng, "clutter", cx, cy, 0.0, s * 1.5, s / 2)
     return scene
@@ -268,7 +287,9 @@ def street(rng: np.random.Generator, *, length: float = 70.0) -> Scene:
             cl, cw = rng.uniform(3.8, 4.8), rng.uniform(1.7, 1.9)
             body = rng.uniform(0.7, 0.9)
             colour_spread = 0.3
-            scene.box(rng, "car", (cx - cl / 2, cy - cw / 2, 0.25), (cx + cl / 2, cy + cw / 2, 0.25 + body), colour_spread)
+            scene.box(
+                rng, "car", (cx - cl / 2, cy - cw / 2, 0.25), (cx + cl / 2, cy + cw / 2, 0.25 + body), colour_spread
+            )
             scene.box(
                 rng,
                 "car",

@@ -53,7 +53,9 @@ def cast(scene: Scene, origin: np.ndarray, dirs: np.ndarray) -> Hits:
     prims = _Primitives(scene, origin)
     order = np.argsort(np.arctan2(dirs[:, 1], dirs[:, 0]), kind="stable")
     out = Hits(
-        np.full(len(dirs), np.inf), np.full(len(dirs), -1, np.int32), np.zeros((len(dirs), 3), np.float32),
+        np.full(len(dirs), np.inf),
+        np.full(len(dirs), -1, np.int32),
+        np.zeros((len(dirs), 3), np.float32),
         np.zeros((len(dirs), 3), np.float32),
     )
     for i in range(0, len(dirs), _CHUNK):
@@ -88,8 +90,24 @@ class _Primitives:
         rects = np.concatenate(
             [
                 np.concatenate([self.box_lo[:, :2], self.box_hi[:, :2]], 1),
-                np.stack([self.cyl[:, 0] - self.cyl[:, 4], self.cyl[:, 1] - self.cyl[:, 4], self.cyl[:, 0] + self.cyl[:, 4], self.cyl[:, 1] + self.cyl[:, 4]], 1),
-                np.stack([self.sph[:, 0] - self.sph[:, 3], self.sph[:, 1] - self.sph[:, 3], self.sph[:, 0] + self.sph[:, 3], self.sph[:, 1] + self.sph[:, 3]], 1),
+                np.stack(
+                    [
+                        self.cyl[:, 0] - self.cyl[:, 4],
+                        self.cyl[:, 1] - self.cyl[:, 4],
+                        self.cyl[:, 0] + self.cyl[:, 4],
+                        self.cyl[:, 1] + self.cyl[:, 4],
+                    ],
+                    1,
+                ),
+                np.stack(
+                    [
+                        self.sph[:, 0] - self.sph[:, 3],
+                        self.sph[:, 1] - self.sph[:, 3],
+                        self.sph[:, 0] + self.sph[:, 3],
+                        self.sph[:, 1] + self.sph[:, 3],
+                    ],
+                    1,
+                ),
             ]
         )
         margin = 1.0  # near-vertical rays travel little in xy: anything this close is always tested
@@ -112,7 +130,12 @@ class _Primitives:
         nb, nc, _ = self.counts
         kb, kc, ks = keep[:nb], keep[nb : nb + nc], keep[nb + nc :]
         sub = object.__new__(_Primitives)
-        sub.box_lo, sub.box_hi, sub.box_label, sub.box_colour = self.box_lo[kb], self.box_hi[kb], self.box_label[kb], self.box_colour[kb]
+        sub.box_lo, sub.box_hi, sub.box_label, sub.box_colour = (
+            self.box_lo[kb],
+            self.box_hi[kb],
+            self.box_label[kb],
+            self.box_colour[kb],
+        )
         sub.cyl, sub.cyl_label, sub.cyl_colour = self.cyl[kc], self.cyl_label[kc], self.cyl_colour[kc]
         sub.sph, sub.sph_label, sub.sph_colour = self.sph[ks], self.sph_label[ks], self.sph_colour[ks]
         return sub
@@ -176,7 +199,9 @@ def _cast_chunk(scene: Scene, prims: _Primitives, o: np.ndarray, d: np.ndarray) 
         tj = tc[rows, j]
         is_cap = tcap[rows, j] <= tside[rows, j]
         finite = np.where(np.isfinite(tj), tj, 0)[:, None]
-        radial = np.concatenate([o[0] + finite * d[:, 0:1] - cyl[j, 0:1], o[1] + finite * d[:, 1:2] - cyl[j, 1:2], np.zeros((r, 1))], 1)
+        radial = np.concatenate(
+            [o[0] + finite * d[:, 0:1] - cyl[j, 0:1], o[1] + finite * d[:, 1:2] - cyl[j, 1:2], np.zeros((r, 1))], 1
+        )
         radial /= np.maximum(np.linalg.norm(radial, axis=1, keepdims=True), 1e-9)
         n = np.where(is_cap[:, None], np.array([0.0, 0.0, 1.0]), radial).astype(np.float32)
         take(tj, prims.cyl_label[j], prims.cyl_colour[j], n)
@@ -197,11 +222,27 @@ def _cast_chunk(scene: Scene, prims: _Primitives, o: np.ndarray, d: np.ndarray) 
     return Hits(best, label, colour, normal)
 
 
+def _inside(scene: Scene, xyz: np.ndarray) -> np.ndarray:
+    if scene.bounds is None:
+        return np.ones(len(xyz), bool)
+    x0, y0, x1, y1 = scene.bounds
+    return (xyz[:, 0] >= x0) & (xyz[:, 0] <= x1) & (xyz[:, 1] >= y0) & (xyz[:, 1] <= y1)
+
+
 def _unit(v: np.ndarray) -> np.ndarray:
     return v / np.linalg.norm(v, axis=-1, keepdims=True)
 
 
-def _shade(hits: Hits, dirs: np.ndarray, keep: np.ndarray, rng: np.random.Generator, *, gain: np.ndarray, gamma: float, noise: float) -> np.ndarray:
+def _shade(
+    hits: Hits,
+    dirs: np.ndarray,
+    keep: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    gain: np.ndarray,
+    gamma: float,
+    noise: float,
+) -> np.ndarray:
     """Object colour × (ambient + Lambert with a light from above), then a camera's white balance,
     gamma and pixel noise, as uint8."""
     light = _unit(np.array([0.3, 0.2, 1.0]))
@@ -242,7 +283,14 @@ def depth_camera(
         xyz.append(origin + t[:, None] * dirs[keep])
         rgb.append(_shade(hits, dirs, keep, rng, gain=np.array([1.0, 1.0, 1.0]), gamma=1.0, noise=0.03))
         labels.append(hits.label[keep])
-    return Scan(np.concatenate(xyz).astype(np.float32), np.concatenate(rgb), None, np.concatenate(labels).astype(np.int32))
+    points = np.concatenate(xyz)
+    inside = _inside(scene, points)
+    return Scan(
+        points[inside].astype(np.float32),
+        np.concatenate(rgb)[inside],
+        None,
+        np.concatenate(labels)[inside].astype(np.int32),
+    )
 
 
 def panorama(
@@ -251,7 +299,9 @@ def panorama(
     """One clean equirectangular scan (elevation −60°…+70°) from near the room's centre, with a
     warm white balance and a gamma curve: same rooms as the depth camera, a different look."""
     x0, y0, x1, y1 = scene.free_area
-    origin = np.array([rng.uniform(x0 + (x1 - x0) / 3, x1 - (x1 - x0) / 3), rng.uniform(y0 + (y1 - y0) / 3, y1 - (y1 - y0) / 3), 1.5])
+    origin = np.array(
+        [rng.uniform(x0 + (x1 - x0) / 3, x1 - (x1 - x0) / 3), rng.uniform(y0 + (y1 - y0) / 3, y1 - (y1 - y0) / 3), 1.5]
+    )
     az = np.linspace(0, 2 * np.pi, width, endpoint=False) + rng.uniform(0, 2 * np.pi / width)
     el = np.radians(np.linspace(-60, 70, height))
     a, e = np.meshgrid(az, el)
@@ -260,7 +310,9 @@ def panorama(
     keep = np.isfinite(hits.t) & (hits.t < 20) & (hits.label >= 0)
     t = hits.t[keep] + rng.normal(0, noise, keep.sum())
     rgb = _shade(hits, dirs, keep, rng, gain=np.array([1.1, 0.95, 0.75]), gamma=0.7, noise=0.01)
-    return Scan((origin + t[:, None] * dirs[keep]).astype(np.float32), rgb, None, hits.label[keep].astype(np.int32))
+    points = origin + t[:, None] * dirs[keep]
+    inside = _inside(scene, points)
+    return Scan(points[inside].astype(np.float32), rgb[inside], None, hits.label[keep][inside].astype(np.int32))
 
 
 def lidar(

@@ -22,6 +22,7 @@ tokens ([B·G, heads, n, d]) instead of a loop over groups.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -148,7 +149,8 @@ class VideoAttention(nn.Module):
         if mode == "full":
             out = F.scaled_dot_product_attention(q, k, v)
         else:
-            window = tuple(min(a, b) for a, b in zip(self.window, grid))
+            # A window that does not divide the grid shrinks to the largest size that does (gcd).
+            window = tuple(math.gcd(a, b) for a, b in zip(self.window, grid))
             branches = [
                 static_group_attention(q, k, v, window_ids(grid, window, x.device)),  # type: ignore[arg-type]
                 static_group_attention(q, k, v, window_ids(grid, (1, grid[1], grid[2]), x.device)),  # per frame

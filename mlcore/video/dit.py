@@ -271,24 +271,3 @@ def activated_ffn_parameters(model: VideoDiT) -> int:
         shared = (moe.shared_gate_up_proj.numel() + moe.shared_down_proj.numel()) if moe.shared_gate_up_proj is not None else 0
         total += moe.top_k * per_expert + shared
     return total
-
-
-def estimate_memory_bytes(config: dict[str, Any], *, batch: int, frames: int, size: int, attention: str) -> int:
-    """A conservative peak-memory estimate for inference on ``batch`` clips (CFG doubles it).
-
-    Activations: tokens × width × ~24 floats per block kept alive; attention: the N×N score matrix
-    per head when full attention falls back to the math kernel, or the largest group's share.
-    """
-    pt, ph, pw = config["patch_size"]
-    tokens = (frames // pt) * (size // ph) * (size // pw)
-    rows = 2 * batch  # conditional + null branch
-    width = config["dim"]
-    activations = rows * tokens * max(width, config["ffn_width"]) * 4 * 24
-    if attention == "full":
-        scores = rows * config["heads"] * tokens * tokens * 4 * 3
-    else:
-        window = tokens // max(1, frames // pt)  # the per-frame branch dominates the static ones
-        groups = tokens * tokens // max(1, config["num_groups"]) if attention == "moga" else 0
-        scores = rows * config["heads"] * (tokens * window + groups) * 4 * 3
-    weights = 64 * 2**20
-    return int(activations + scores + weights)

@@ -59,7 +59,10 @@ class Extractor(ModelMixin, ConfigMixin):
         self.features = nn.Sequential(*layers)
         side = image_size // 2 ** len(channels)
         self.head = nn.Sequential(
-            nn.Flatten(), nn.Linear(head_channels * side * side, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, num_bits)
+            nn.Flatten(),
+            nn.Linear(head_channels * side * side, hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, num_bits),
         )
 
     @property

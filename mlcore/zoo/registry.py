@@ -29,4 +29,78 @@ MODELS: tuple[BuiltinItem, ...] = (
         card={"architecture": "olmoe", "experts": 32, "top_k": 4, "recipe": "moe-lm-olmoe"},
         stamp="mlcore/zoo/checkpoints/moe-lm-olmoe/manifest.json",
     ),
+    BuiltinItem(
+        name="lora-base-tiny",
+        kind="tiny-encoder",
+        title="Tiny encoder for LoRA-expert fine-tuning",
+        description=(
+            "Pre-LN Transformer encoder, d=64, 2 layers, 4 heads, FFN 128, pre-trained on copy, reverse, prefix sum and "
+            "sort of 8 digits; the frozen base of lora-moe-finetune (python -m mlcore.lora.zoo train)."
+        ),
+        builder="mlcore.lora.zoo:build_lora_base_tiny",
+        card={"architecture": "lora-tiny-encoder", "recipe": "lora-base-tiny"},
+        stamp="mlcore/zoo/checkpoints/lora-base-tiny/manifest.json",
+    ),
+    BuiltinItem(
+        name="molm-tiny",
+        kind="watermark-markers",
+        title="Tiny latent-diffusion generator with MOLM markers (48-bit keys)",
+        description=(
+            "AutoencoderKL (32×32 ↔ 4×8×8) + latent UNet2DModel (DDIM) trained on offline photo crops, MOLM "
+            "markers (P=8 LoRA adapters on each of the decoder's 16 ResNet convolutions, 48 bits) and the extractor "
+            "(python -m mlcore.zoo.molm train)."
+        ),
+        builder="mlcore.zoo.molm:build_molm_tiny",
+        card={"num_bits": 48, "P": 8, "image_size": 32, "recipe": "molm-tiny"},
+        stamp="mlcore/zoo/checkpoints/molm/manifest.json",
+    ),
+    BuiltinItem(
+        name="pointmoe-synmix",
+        kind="pointcloud-segmenter",
+        title="Point-MoE PTv3-lite segmenter (SynMix rooms and streets)",
+        description=(
+            "PTv3-lite (channels 32-64-96, patch attention, grid pooling), W_o in every block → 4 gated-ReLU experts, "
+            "top-2; trained jointly on SynMix A-D with mixed batches (python -m mlcore.pointcloud.zoo train pointmoe-synmix)."
+        ),
+        builder="mlcore.pointcloud.zoo:build_pointmoe_synmix",
+        card={"architecture": "ptv3-lite", "placement": "proj", "experts": 4, "top_k": 2, "recipe": "pointmoe-synmix"},
+        stamp="mlcore/zoo/checkpoints/pointmoe-synmix/manifest.json",
+    ),
+    BuiltinItem(
+        name="ptv3-synmix-dense",
+        kind="pointcloud-segmenter",
+        title="Dense PTv3-lite segmenter (the Point-MoE model's twin)",
+        description=(
+            "The same PTv3-lite with W_o as one gated MLP of width 2C (equal active compute), same data and schedule "
+            "(python -m mlcore.pointcloud.zoo train ptv3-synmix-dense)."
+        ),
+        builder="mlcore.pointcloud.zoo:build_ptv3_synmix_dense",
+        card={"architecture": "ptv3-lite", "placement": "dense", "recipe": "ptv3-synmix-dense"},
+        stamp="mlcore/zoo/checkpoints/ptv3-synmix-dense/manifest.json",
+    ),
+    BuiltinItem(
+        name="video-dit-digits",
+        kind="video-dit",
+        title="Bouncing-digits video DiT (MoGA-ready)",
+        description=(
+            "Class-conditional pixel DiT (VideoDiT): 8 frames of 16×16, patch (1, 4, 4) → 128 tokens, d=64, 4 blocks, "
+            "dense FFN; conditioned on digit × direction with a CFG null class; trained with full, MoGA + local and "
+            "local attention cycled (python -m mlcore.video.zoo train video-dit-digits)."
+        ),
+        builder="mlcore.video.zoo:build_video_dit_digits",
+        card={"architecture": "video-dit", "frames": 8, "resolution": 16, "recipe": "video-dit-digits"},
+        stamp="mlcore/zoo/checkpoints/video-dit-digits/manifest.json",
+    ),
+    BuiltinItem(
+        name="video-judge",
+        kind="video-classifier",
+        title="Bouncing-digits judge (digit and direction)",
+        description=(
+            "A small 3-D CNN that names the digit and motion direction of an 8×16×16 clip; grades generated clips and "
+            "gives the features of the Fréchet classifier distance (python -m mlcore.video.zoo train video-judge)."
+        ),
+        builder="mlcore.video.zoo:build_video_judge",
+        card={"architecture": "clip-classifier", "recipe": "video-judge"},
+        stamp="mlcore/zoo/checkpoints/video-judge/manifest.json",
+    ),
 )

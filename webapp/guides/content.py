@@ -21,10 +21,6 @@ BENCH_RESULTS = ROOT / "bench" / "results"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
-class GuideMissing(LookupError):
-    """A registered kind without a "how to read this" guide: its result pages would not explain themselves."""
-
-
 @dataclass(frozen=True)
 class KindDoc:
     """A kind's hand-written Markdown: front matter (``paper``, ``promise``, ``bench``) and body."""
@@ -53,25 +49,22 @@ def kind_doc(name: str) -> KindDoc:
     return _front_matter(path.read_text(encoding="utf-8"))
 
 
-def require_guide(spec: JobSpec) -> str:
-    if not spec.guide.strip():
-        raise GuideMissing(
-            f"Job kind {spec.name!r} has no guide: set `guide=` on its JobSpec to a short Markdown "
-            "'how to read this' (what the charts show and what good looks like)."
-        )
-    return spec.guide
+def kinds_missing_guides() -> list[str]:
+    """Registered kinds whose result pages would not explain themselves (the guide test fails on any)."""
+    return [kind.name for kind in all_kinds() if not kind.spec.guide.strip()]
 
 
 def _constraints(param: Param) -> str:
     """Bounds, options, accepted references and file formats, in words."""
     info = param.describe()
     parts = []
-    if info.get("min") is not None and info.get("max") is not None:
-        parts.append(f"{info['min']:g} to {info['max']:g}")
-    elif info.get("min") is not None:
-        parts.append(f"at least {info['min']:g}")
-    elif info.get("max") is not None:
-        parts.append(f"at most {info['max']:g}")
+    low, high = _number(info.get("min")), _number(info.get("max"))
+    if low and high:
+        parts.append(f"{low} to {high}")
+    elif low:
+        parts.append(f"at least {low}")
+    elif high:
+        parts.append(f"at most {high}")
     if info.get("options"):
         parts.append("one of " if param.type == "choice" else "any of ")
         parts[-1] += ", ".join(f"`{o}`" for o in info["options"])
@@ -84,6 +77,13 @@ def _constraints(param: Param) -> str:
     if getattr(param, "max_length", None):
         parts.append(f"up to {param.max_length} characters")  # type: ignore[attr-defined]
     return "; ".join(parts)
+
+
+def _number(value: float | None) -> str:
+    """``2147483647`` as ``2,147,483,647`` and ``0.99`` as ``0.99``; "" for no bound."""
+    if value is None:
+        return ""
+    return f"{value:,}" if float(value).is_integer() and abs(value) >= 1000 else f"{value:g}"
 
 
 def _bytes(size: int) -> str:

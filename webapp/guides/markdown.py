@@ -34,3 +34,8 @@ def render(text: str) -> SafeString:
         "</table>", "</table></div>"
     )
     return mark_safe(_MD_LINK.sub(_docs_link, html))  # escaped by markdown-it above (html=False)
+
+
+def render_inline(text: str) -> SafeString:
+    """One line of Markdown (code spans, emphasis, links) without a wrapping paragraph."""
+    return mark_safe(_parser().renderInline(text))  # escaped by markdown-it (html=False)

@@ -31,7 +31,7 @@ def kind(request: HttpRequest, name: str) -> HttpResponse:
     context = {
         "spec": spec,
         "meta": doc.meta,
-        "guide": markdown(content.require_guide(spec)),
+        "guide": markdown(spec.guide) if spec.guide.strip() else "",
         "body": markdown(doc.body) if doc.body else "",
         "params": content.param_rows(spec),
         "sample": content.sample_rows(spec),

@@ -119,7 +119,13 @@ def _check_files(kind: Kind, files: Mapping[str, Sequence[UploadedFile]], scratc
         for upload in files.get(param.name, []):
             if upload.size is not None and upload.size > param.max_bytes:
                 raise SubmitError(
-                    [(param.name, f"{upload.name} is {upload.size} bytes; the limit is {param.max_bytes}.")]
+                    [
+                        (
+                            param.name,
+                            f"{upload.name} is {upload.size} bytes; the limit is {param.max_bytes}. Upload a smaller "
+                            "file, or ask an admin to register a large input in the team library.",
+                        )
+                    ]
                 )
     paths = _spool(files, scratch)
     try:

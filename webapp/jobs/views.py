@@ -16,7 +16,9 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonRe
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from mlcore.jobs.params import ParamError
 from mlcore.jobs.registry import Kind, UnknownKind, all_kinds, get_kind
+from mlcore.jobs.spec import JobSpec
 from webapp.accounts.models import Membership
 from webapp.accounts.selectors import team_for_user
 from webapp.accounts.views import remember_team
@@ -51,13 +53,25 @@ def _render_submit(request: HttpRequest, context: dict[str, Any], *, status: int
     return render(request, "jobs/submit.html", {"nav": "submit", **context}, status=status)
 
 
+def _sample_values(spec: JobSpec) -> dict[str, Any]:
+    """``spec.sample`` as typed values (a kind may write ``"a,b"`` for a list, as on the command line)."""
+    values = {}
+    for name, raw in spec.sample.items():
+        try:
+            values[name] = spec.param(name).clean(raw)
+        except (KeyError, ParamError):
+            values[name] = raw  # shown as written; submitting reports what is wrong with it
+    return values
+
+
 @login_required
 def submit(request: HttpRequest, team_slug: str, kind: str) -> HttpResponse:
     team = team_for_user(request.user, team_slug, write=True)
     spec = _kind_or_404(kind).spec
     remember_team(request, team)
     if request.method != "POST":
-        initial = {**{p.name: p.default for p in spec.params}, **spec.sample} if "sample" in request.GET else None
+        sample = _sample_values(spec) if "sample" in request.GET else None
+        initial = {**{p.name: p.default for p in spec.params}, **sample} if sample is not None else None
         return _render_submit(request, {"team": team, "spec": spec, "form": SpecForm(spec, initial=initial, team=team)})
     form = SpecForm(spec, data=request.POST, team=team)
     files = {p.name: request.FILES.getlist(p.name) for p in spec.file_params}

@@ -1,8 +1,8 @@
 // Vega-Lite charts from the specs a job stored with ctx.chart. Each chart element names a
 // <script type="application/json"> holding its spec, so the page never evaluates spec text.
 import embed from "vega-embed";
-
-const darkQuery = window.matchMedia("(prefers-color-scheme: dark)");
+import { isDark } from "./theme.js";
+import { labelChart, titleOf } from "./chart-table.js";
 
 export async function drawCharts(root) {
   const scope = root.querySelectorAll ? root : document;
@@ -21,11 +21,12 @@ export async function drawCharts(root) {
     try {
       await embed(element, spec, {
         renderer: "svg",
-        theme: darkQuery.matches ? "dark" : undefined,
+        theme: isDark() ? "dark" : undefined,
         // PNG and JSON downloads come from the server (vl-convert), linked beside each chart.
         actions: false,
         config: { background: "transparent", autosize: { type: "fit-x", contains: "padding" } },
       });
+      labelChart(element, titleOf(spec));
       element.dataset.drawn = "done";
     } catch (error) {
       element.dataset.drawn = "failed";
@@ -33,3 +34,13 @@ export async function drawCharts(root) {
     }
   }
 }
+
+// A new colour theme: draw every chart again in its palette.
+document.addEventListener("moelab:theme", () => {
+  const drawn = [...document.querySelectorAll("[data-chart][data-drawn]")];
+  for (const element of drawn) {
+    delete element.dataset.drawn;
+    element.textContent = "";
+  }
+  if (drawn.length) drawCharts(document).catch((error) => console.error("moelab: chart failed", error));
+});

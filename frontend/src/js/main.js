@@ -5,6 +5,8 @@ import { enhanceArtifacts, registerRenderer } from "./renderers.js";
 import { renderCsvTable } from "./csv-table.js";
 import { renderJsonTree } from "./json-tree.js";
 import { enhanceLibraryUpload } from "./library-upload.js";
+import "./pointcloud-viewer.js";
+import "./product.js";
 
 // Polling fragments are swapped wholesale; keep htmx's history cache out of it so Back shows the
 // server's current state instead of a stale snapshot.

@@ -49,8 +49,12 @@ class Cloud:
 
     def subset(self, index: np.ndarray) -> Cloud:
         """The points at ``index`` (an integer array or a boolean mask), with their attributes."""
-        pick = lambda a: None if a is None else np.ascontiguousarray(a[index])  # noqa: E731
-        return Cloud(xyz=pick(self.xyz), rgb=pick(self.rgb), intensity=pick(self.intensity), labels=pick(self.labels))
+
+        def pick(values: np.ndarray | None) -> np.ndarray | None:
+            return None if values is None else np.ascontiguousarray(values[index])
+
+        xyz = np.ascontiguousarray(self.xyz[index])
+        return Cloud(xyz=xyz, rgb=pick(self.rgb), intensity=pick(self.intensity), labels=pick(self.labels))
 
     def checked(self, path: Path) -> Cloud:
         """Return ``self`` if every coordinate is finite, else raise a :class:`JobError`."""

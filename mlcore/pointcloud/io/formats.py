@@ -41,7 +41,7 @@ def cloud_format(head: bytes) -> str | None:
         return "pcd" if _is_pcd_header(text) else None
     if _is_pcd_header(text):
         return "pcd"
-    return _text_format(text, complete=len(head) < 4096)
+    return _text_format(text)
 
 
 def _is_pcd_header(text: str) -> bool:
@@ -49,16 +49,17 @@ def _is_pcd_header(text: str) -> bool:
     return (text.startswith("# .PCD") or (keys[:1] == ["VERSION"])) and "FIELDS" in keys
 
 
-def _text_format(text: str, *, complete: bool) -> str | None:
-    lines = [line.split() for line in text.splitlines()]
-    if not complete and lines:
-        lines = lines[:-1]  # the last line may be cut by the window
-    lines = [words for words in lines if words]
+def _text_format(text: str) -> str | None:
+    lines = [words for line in text.splitlines() if (words := line.split())]
+    if len(lines) > 1:
+        # The last line may be cut by the 4 KiB window, or by a truncated upload: name the
+        # format from the others, and let the reader's line check report a cut last line.
+        lines = lines[:-1]
     if not lines or not all(_NUMBER.match(w) for words in lines for w in words):
         return None
     if len(lines[0]) == 1 and lines[0][0].isdigit():
         rest = {len(words) for words in lines[1:]}
-        return "pts" if rest <= {3, 4, 6, 7} else None
+        return "pts" if rest and rest <= {3, 4, 6, 7} else None
     widths = {len(words) for words in lines}
     if widths == {3}:
         return "xyz"

@@ -28,13 +28,18 @@ def read_las(path: Path, *, max_points: int) -> Cloud:
     with path.open("rb") as f:
         head = f.read(375)
     if len(head) < 227:
-        raise JobError(f"{path.name}: the LAS header is truncated ({len(head)} bytes; it needs at least 227). Re-export the file.")
+        raise JobError(
+            f"{path.name}: the LAS header is truncated ({len(head)} bytes; it needs at least 227). Re-export the file."
+        )
     version = (head[24], head[25])
     format_byte = head[104]
     point_format = format_byte & 0x3F
     compressed = bool(format_byte & 0x80)
     if version[0] != 1 or version[1] > 4:
-        raise JobError(f"{path.name}: LAS version {version[0]}.{version[1]} is not supported (1.0-1.4 are). Convert it with PDAL or LAStools.")
+        raise JobError(
+            f"{path.name}: LAS version {version[0]}.{version[1]} is not "
+            "supported (1.0-1.4 are). Convert it with PDAL or LAStools."
+        )
     if point_format not in RECORD_BYTES:
         raise JobError(
             f"{path.name}: point data record format {point_format} is not one the LAS specification defines "
@@ -50,19 +55,28 @@ def read_las(path: Path, *, max_points: int) -> Cloud:
         record = int(header.point_format.size)
         check_count(path, count, max_points)
         if record < RECORD_BYTES[point_format]:
-            raise JobError(f"{path.name}: the header's point record length {record} is shorter than format {point_format} needs ({RECORD_BYTES[point_format]}); the header lies.")
+            raise JobError(
+                f"{path.name}: the header's point record length {record} is shorter than "
+                f"format {point_format} needs ({RECORD_BYTES[point_format]}); the header lies."
+            )
         if not compressed and int(header.offset_to_point_data) + count * record > size:
             raise JobError(
                 f"{path.name}: the header promises {count:,} points × {record} bytes after byte "
-                f"{int(header.offset_to_point_data):,}, but the file has {size:,} bytes: it is truncated or its header lies."
+                f"{int(header.offset_to_point_data):,}, but the file has "
+                f"{size:,} bytes: it is truncated or its header lies."
             )
         try:
             points = reader.read_points(count)
         except Exception as exc:  # lazrs and laspy raise their own types for corrupt data
             what = "LAZ" if compressed else "LAS"
-            raise JobError(f"{path.name}: the {what} point data cannot be read ({exc}); the file is truncated or corrupt.") from None
+            raise JobError(
+                f"{path.name}: the {what} point data cannot be read ({exc}); the file is truncated or corrupt."
+            ) from None
     if len(points) != count:
-        raise JobError(f"{path.name}: the header promises {count:,} points but only {len(points):,} could be read: the file is truncated.")
+        raise JobError(
+            f"{path.name}: the header promises {count:,} points but only "
+            f"{len(points):,} could be read: the file is truncated."
+        )
     xyz = np.stack([np.asarray(points.x), np.asarray(points.y), np.asarray(points.z)], axis=1)
     # Cloud keeps float32 (about 7 significant digits): georeferenced scans far from the origin
     # lose millimetres, which segmentation at centimetre grids does not notice.

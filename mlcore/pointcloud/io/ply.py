@@ -78,7 +78,9 @@ class Header:
     length: int  # bytes up to and including the end_header line
 
 
-def _fail(path: Path, what: str, todo: str = "Re-export it as PLY (binary little endian) and upload again.") -> JobError:
+def _fail(
+    path: Path, what: str, todo: str = "Re-export it as PLY (binary little endian) and upload again."
+) -> JobError:
     return JobError(f"{path.name}: {what} {todo}")
 
 
@@ -90,7 +92,11 @@ def read_header(path: Path) -> Header:
     if not head.startswith((b"ply\n", b"ply\r\n")):
         raise _fail(path, "is not a PLY file (it does not start with 'ply').")
     if match is None:
-        raise _fail(path, f"has no 'end_header' line in its first {MAX_HEADER_BYTES // 1024} KiB: the header is truncated or not PLY.")
+        raise _fail(
+            path,
+            f"has no 'end_header' line in its first {MAX_HEADER_BYTES // 1024} "
+            "KiB: the header is truncated or not PLY.",
+        )
     lines = head[: match.start()].decode("ascii", errors="replace").splitlines()[1:]
     fmt: str | None = None
     comments: list[str] = []
@@ -104,13 +110,21 @@ def read_header(path: Path) -> Header:
             comments.append(raw.partition(" ")[2])
         elif keyword == "format":
             if len(words) != 3 or words[1] not in FORMATS:
-                raise _fail(path, f"header line {number} names an unknown format {raw.strip()!r} (expected ascii, binary_little_endian or binary_big_endian).")
+                raise _fail(
+                    path,
+                    f"header line {number} names an unknown format {raw.strip()!r} "
+                    "(expected ascii, binary_little_endian or binary_big_endian).",
+                )
             if words[2] != "1.0":
                 raise _fail(path, f"header line {number}: PLY version {words[2]!r} is not supported (only 1.0).")
             fmt = words[1]
         elif keyword == "element":
             if len(words) != 3 or not words[2].isdigit():
-                raise _fail(path, f"header line {number} is not 'element NAME COUNT' with a non-negative integer count: {raw.strip()!r}.")
+                raise _fail(
+                    path,
+                    f"header line {number} is not 'element NAME COUNT' "
+                    f"with a non-negative integer count: {raw.strip()!r}.",
+                )
             elements.append((words[1], int(words[2]), []))
         elif keyword == "property":
             if not elements:
@@ -175,7 +189,11 @@ def _check_sizes(path: Path, header: Header, index: int, size: int) -> int:
     offset = header.length
     for element in header.elements[:index]:
         if element.has_lists and element.count:
-            raise _fail(path, f"the element {element.name!r} with list properties comes before the vertices; this reader does not support that layout.")
+            raise _fail(
+                path,
+                f"the element {element.name!r} with list properties comes before "
+                "the vertices; this reader does not support that layout.",
+            )
         offset += element.count * element.record_bytes
     vertex = header.elements[index]
     needed = offset + vertex.count * vertex.record_bytes
@@ -217,14 +235,19 @@ def read_ply(path: Path, *, max_points: int) -> Cloud:
         table = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(vertex.count,))
     x, y, z = _column(table, names, ("x", "y", "z")) or []
     xyz = np.stack([x, y, z], axis=1).astype(np.float32)
-    rgb = next((c for want in _RGB_NAMES if (c := _column(table, names, want))), None)
+    rgb_names = _RGB_NAMES
+    if any(c.startswith("moelab label") for c in header.comments) and "input_red" not in names:
+        # Our labelled file without input colours: its red/green/blue are label colours, which
+        # must not come back as the sensor's colours (a model would read them as features).
+        rgb_names = ()
+    rgb = next((c for want in rgb_names if (c := _column(table, names, want))), None)
     intensity = next((c[0] for want in _INTENSITY_NAMES if (c := _column(table, names, (want,)))), None)
     labels = next((c[0] for want in _LABEL_NAMES if (c := _column(table, names, (want,)))), None)
     del table  # release the memory map before returning
     cloud = Cloud(
         xyz=xyz,
         rgb=None if rgb is None else to_uint8_colors(np.stack(rgb, axis=1)),
-        intensity=None if intensity is None else np.asarray(intensity, dtype=np.float32),
+        intensity=None if intensity is None else np.array(intensity, dtype=np.float32),  # a copy, not a map view
         labels=None if labels is None else _to_labels(path, np.asarray(labels)),
     )
     return cloud.checked(path)
@@ -245,7 +268,8 @@ def _read_ascii(path: Path, header: Header, index: int) -> np.ndarray:
         raise _fail(
             path,
             f"the header promises {vertex.count:,} vertices of {len(vertex.properties)} values, but the text holds "
-            f"{table.shape[0]:,} rows of {table.shape[1] if table.ndim == 2 else 0}: the file is truncated or its header lies.",
+            f"{table.shape[0]:,} rows of {table.shape[1] if table.ndim == 2 else 0}: "
+            "the file is truncated or its header lies.",
         )
     return table
 
@@ -265,7 +289,9 @@ def to_uint8_colors(rgb: np.ndarray) -> np.ndarray:
 
 def _to_labels(path: Path, labels: np.ndarray) -> np.ndarray:
     if labels.dtype.kind == "f" and not np.array_equal(labels, np.round(labels)):
-        raise _fail(path, "its label property holds fractional values; labels must be whole class ids.", "Round or drop it.")
+        raise _fail(
+            path, "its label property holds fractional values; labels must be whole class ids.", "Round or drop it."
+        )
     if labels.size and (labels.min() < -(2**31) or labels.max() >= 2**31):
         raise _fail(path, "its label property holds values outside 32-bit integers.", "Renumber the classes.")
     return labels.astype(np.int32)
@@ -294,7 +320,11 @@ def write_ply(
     path = Path(path)
     xyz = np.asarray(xyz, dtype=np.float32)
     n = len(xyz)
-    fields: list[tuple[str, str, np.ndarray]] = [("x", "<f4", xyz[:, 0]), ("y", "<f4", xyz[:, 1]), ("z", "<f4", xyz[:, 2])]
+    fields: list[tuple[str, str, np.ndarray]] = [
+        ("x", "<f4", xyz[:, 0]),
+        ("y", "<f4", xyz[:, 1]),
+        ("z", "<f4", xyz[:, 2]),
+    ]
     comments: list[str] = []
     if labels is not None:
         labels = np.asarray(labels).astype(np.int32)
@@ -312,7 +342,11 @@ def write_ply(
         fields += [("red", "u1", colors[:, 0]), ("green", "u1", colors[:, 1]), ("blue", "u1", colors[:, 2])]
         if rgb is not None:
             rgb = np.asarray(rgb, dtype=np.uint8)
-            fields += [("input_red", "u1", rgb[:, 0]), ("input_green", "u1", rgb[:, 1]), ("input_blue", "u1", rgb[:, 2])]
+            fields += [
+                ("input_red", "u1", rgb[:, 0]),
+                ("input_green", "u1", rgb[:, 1]),
+                ("input_blue", "u1", rgb[:, 2]),
+            ]
         fields.append(("label", "<i4", labels))
         present = set(np.unique(labels).tolist())
         for k in range(count):

@@ -110,9 +110,12 @@ def test_worker_health_lists_the_workers_that_are_up(owner: User, csrf_client: C
     assert "cpu-9@gone" not in html
 
 
-def test_home_sends_people_to_their_team_or_to_log_in(owner: User, csrf_client: Callable[..., Client]) -> None:
+def test_home_sends_people_to_their_team_and_shows_visitors_the_welcome_page(
+    owner: User, csrf_client: Callable[..., Client]
+) -> None:
     assert csrf_client(owner).get("/")["Location"] == URL
-    assert csrf_client(None).get("/")["Location"] == "/login/"
+    visitor = csrf_client(None).get("/")
+    assert visitor.status_code == 200 and b"Try with a sample" in visitor.content
 
 
 def test_viewers_are_not_offered_a_new_job_link(viewer: User, member: User, csrf_client: Callable[..., Client]) -> None:

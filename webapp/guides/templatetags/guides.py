@@ -8,7 +8,7 @@ from django import template
 from django.utils.safestring import SafeString
 
 from mlcore.jobs.registry import UnknownKind, get_kind
-from webapp.guides.markdown import render
+from webapp.guides.markdown import render, render_inline
 
 register = template.Library()
 
@@ -16,6 +16,11 @@ register = template.Library()
 @register.filter
 def markdown(text: str) -> SafeString:
     return render(text or "")
+
+
+@register.filter
+def markdown_inline(text: str) -> SafeString:
+    return render_inline(text or "")
 
 
 @register.simple_tag

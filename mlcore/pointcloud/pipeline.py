@@ -1,0 +1,342 @@
+"""Joint multi-dataset training and evaluation of PTv3-lite / Point-MoE (method card, section 2.6).
+
+- Scans are grid-sampled at their dataset's grid (0.04 m indoors, 0.1 m outdoors), cropped to at
+  most ``points`` points around a random centre (the card's sphere crop), rotated about z, flipped
+  and scaled a little.
+- **Mixed batches** (the paper's largest single gain): every batch draws its samples from random
+  datasets; the ablation draws each batch from one dataset only.
+- Loss: cross-entropy over the sample's dataset label set (logits of other classes masked, merged
+  or unannotated points ignored) + α·balance loss (α = 0 by default, card "do this instead").
+  Lovász is left out. AdamW, linear warm-up then cosine decay (OneCycle's shape), clip 1.0.
+- Evaluation: whole scans, predictions on grid-sampled points carried to every input point
+  through the inverse map; mIoU over the dataset's classes; expert usage per dataset.
+
+Segmenters are saved as ``config.json`` + fp16 ``model.safetensors`` (:func:`save_segmenter`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from mlcore.pointcloud.datasets import (
+    FEATURES,
+    IGNORE,
+    DatasetSpec,
+    crop,
+    get_dataset,
+    grid_sample,
+    make_scan,
+    point_features,
+)
+from mlcore.pointcloud.ptv3 import PointBatch, PTv3, PTv3Config, restrict_logits
+from mlcore.pointcloud.scenes import LABELS
+from mlcore.pointcloud.sensors import Scan
+
+FORMAT = "moelab-pointcloud-segmenter"
+GRIDS = {"indoor": 0.04, "outdoor": 0.1}
+
+
+@dataclass
+class Sample:
+    coord: np.ndarray  #: [n, 3] float32 voxel units
+    feat: np.ndarray  #: [n, F] float32
+    labels: np.ndarray  #: [n] int64 (IGNORE = −1)
+    allowed: np.ndarray  #: [K] bool: the dataset's label set
+    dataset: str
+
+
+def prepare(
+    scan: Scan, spec: DatasetSpec, *, points: int | None, rng: np.random.Generator | None, augment: bool
+) -> tuple[Sample, np.ndarray]:
+    """Grid-sample (and crop) a scan; returns the sample and, per input point, its sample row (−1 if
+    cropped away)."""
+    keep, inverse = grid_sample(scan.xyz, spec.grid)
+    rows = np.arange(len(keep))
+    if points is not None and rng is not None:
+        rows = crop(scan.xyz[keep], points, rng)
+    xyz = scan.xyz[keep[rows]].astype(np.float64)
+    if augment and rng is not None:
+        angle = rng.uniform(0, 2 * np.pi)
+        rot = np.array([[np.cos(angle), -np.sin(angle), 0], [np.sin(angle), np.cos(angle), 0], [0, 0, 1]])
+        xyz = xyz @ rot.T * rng.uniform(0.9, 1.1)
+        if rng.random() < 0.5:
+            xyz[:, 0] = -xyz[:, 0]
+    coord = ((xyz - xyz.min(0)) / spec.grid).astype(np.float32)
+    sel = keep[rows]
+    feat = point_features(
+        scan.xyz[sel],
+        None if scan.rgb is None else scan.rgb[sel],
+        None if scan.intensity is None else scan.intensity[sel],
+    )
+    allowed = np.zeros(len(LABELS), bool)
+    allowed[list(spec.class_ids)] = True
+    where = np.full(len(keep), -1, np.int64)
+    where[rows] = np.arange(len(rows))
+    return Sample(coord, feat, scan.labels[sel].astype(np.int64), allowed, spec.name), where[inverse]
+
+
+def collate(samples: Sequence[Sample], device: torch.device | str = "cpu") -> tuple[PointBatch, Tensor, Tensor]:
+    """(points, labels [N], allowed [N, K]) for a list of samples."""
+    coord = torch.from_numpy(np.concatenate([s.coord for s in samples]))
+    feat = torch.from_numpy(np.concatenate([s.feat for s in samples]))
+    batch = torch.repeat_interleave(torch.arange(len(samples)), torch.tensor([len(s.coord) for s in samples]))
+    labels = torch.from_numpy(np.concatenate([s.labels for s in samples]))
+    allowed = torch.from_numpy(np.stack([s.allowed for s in samples]))[batch]
+    return PointBatch(coord.to(device), feat.to(device), batch.to(device)), labels.to(device), allowed.to(device)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    datasets: tuple[str, ...] = ("A", "B", "C", "D")
+    steps: int = 300
+    batch_size: int = 4  #: samples (crops) per step
+    points: int = 2048  #: max points per crop
+    scenes: int = 24  #: training scans per dataset, generated once and re-cropped every step
+    lr: float = 3e-3
+    weight_decay: float = 0.05
+    warmup: float = 0.05  #: fraction of steps
+    balance: float = 0.0  #: α of the balance loss
+    mixed: bool = True  #: mixed-dataset batches; False draws each batch from one dataset
+    clip: float = 1.0
+    seed: int = 0
+    eval_every: int = 0
+    eval_scenes: int = 3  #: validation scans per dataset for the evaluations during training
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    loss: list[tuple[int, float]] = field(default_factory=list)
+    balance: list[tuple[int, float]] = field(default_factory=list)
+    evals: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class ScanPool:
+    """Training scans generated once per dataset and kept in memory (a few MB each)."""
+
+    def __init__(self, datasets: Sequence[str], count: int, split: str = "train") -> None:
+        self.scans = {name: [make_scan(name, i, split) for i in range(count)] for name in datasets}
+
+    def draw(self, name: str, rng: np.random.Generator, points: int) -> Sample:
+        scans = self.scans[name]
+        return prepare(scans[rng.integers(len(scans))], get_dataset(name), points=points, rng=rng, augment=True)[0]
+
+
+def _lr_factor(step: int, cfg: TrainConfig) -> float:
+    warm = max(1, int(cfg.warmup * cfg.steps))
+    if step < warm:
+        return (step + 1) / warm
+    return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, cfg.steps - warm)))
+
+
+def segmentation_loss(logits: Tensor, labels: Tensor, allowed: Tensor) -> Tensor:
+    """Cross-entropy over each point's dataset label set; ignored points do not count."""
+    valid = labels != IGNORE
+    if not bool(valid.any()):
+        return logits.sum() * 0
+    return F.cross_entropy(restrict_logits(logits[valid], allowed[valid]), labels[valid])
+
+
+def train(
+    model: PTv3,
+    cfg: TrainConfig,
+    *,
+    pool: ScanPool | None = None,
+    on_step: Callable[[int, TrainResult], None] | None = None,
+    device: torch.device | str = "cpu",
+    state_path: Path | None = None,
+    checkpoint_every: int = 50,
+) -> TrainResult:
+    """Train ``model`` in place on ``cfg.datasets``; evaluations every ``eval_every`` steps. With
+    ``state_path`` the model, optimiser, random state and curves are saved every
+    ``checkpoint_every`` steps and an interrupted run resumes from there."""
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    pool = pool or ScanPool(cfg.datasets, cfg.scenes)
+    val = (
+        {name: [make_scan(name, i, "val") for i in range(cfg.eval_scenes)] for name in cfg.datasets}
+        if cfg.eval_every
+        else {}
+    )
+    model.to(device).train()
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "class_embed" not in n]
+    other = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "class_embed" not in n)]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": other, "weight_decay": 0.0}], lr=cfg.lr
+    )
+    result = TrainResult()
+    first = 0
+    if state_path is not None and state_path.is_file():
+        state = torch.load(state_path, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        rng.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
+        result = state["result"]
+        first = state["step"]
+    start = time.perf_counter() - result.seconds
+    for step in range(first, cfg.steps):
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * _lr_factor(step, cfg)
+        if cfg.mixed:
+            names = [cfg.datasets[i] for i in rng.integers(len(cfg.datasets), size=cfg.batch_size)]
+        else:
+            names = [cfg.datasets[step % len(cfg.datasets)]] * cfg.batch_size
+        points, labels, allowed = collate([pool.draw(n, rng, cfg.points) for n in names], device)
+        logits = model(points)
+        loss = segmentation_loss(logits, labels, allowed)
+        balance = model.balance_loss() if model.cfg.is_moe else torch.zeros((), device=logits.device)
+        total = loss + cfg.balance * balance
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        opt.step()
+        result.loss.append((step, float(loss.detach())))
+        result.balance.append((step, float(balance.detach())))
+        if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
+            result.evals.append((step + 1, evaluate(model, val, device=device)))
+            model.train()
+        if on_step is not None:
+            on_step(step, result)
+        if state_path is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == cfg.steps):
+            result.seconds = time.perf_counter() - start
+            state_path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(
+                {
+                    "model": model.state_dict(),
+                    "opt": opt.state_dict(),
+                    "rng": rng.bit_generator.state,
+                    "torch_rng": torch.get_rng_state(),
+                    "result": result,
+                    "step": step + 1,
+                },
+                state_path.with_suffix(".tmp"),
+            )
+            state_path.with_suffix(".tmp").replace(state_path)  # atomic: a kill mid-save keeps the old state
+    result.seconds = time.perf_counter() - start
+    model.eval()
+    return result
+
+
+@torch.no_grad()
+def predict_scan(
+    model: PTv3, scan: Scan, spec: DatasetSpec, *, device: torch.device | str = "cpu"
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Dataset-restricted predictions for every point of a scan, and per MoE layer the top-1 expert
+    of every point."""
+    model.eval()
+    sample, where = prepare(scan, spec, points=None, rng=None, augment=False)
+    points, _, allowed = collate([sample], device)
+    logits = restrict_logits(model(points), allowed)
+    pred = logits.argmax(-1).cpu().numpy()[where]
+    routing = [r.cpu().numpy()[where] for r in model.point_routing()] if model.cfg.is_moe else []
+    return pred, routing
+
+
+def confusion(pred: np.ndarray, labels: np.ndarray, k: int = len(LABELS)) -> np.ndarray:
+    valid = labels != IGNORE
+    return np.bincount(labels[valid] * k + pred[valid], minlength=k * k).reshape(k, k)
+
+
+def miou(conf: np.ndarray, classes: Sequence[int]) -> tuple[float, dict[str, float]]:
+    """Mean IoU over ``classes`` that occur (in labels or predictions)."""
+    ious = {}
+    for c in classes:
+        inter = conf[c, c]
+        union = conf[c, :].sum() + conf[:, c].sum() - inter
+        if union > 0:
+            ious[LABELS[c]] = float(inter / union)
+    return (float(np.mean(list(ious.values()))) if ious else 0.0), ious
+
+
+@torch.no_grad()
+def evaluate(model: PTv3, scans: dict[str, list[Scan]], *, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """Per dataset: mIoU, per-class IoU and (MoE) the fraction of points whose top-1 expert is e,
+    per MoE layer; plus the mean mIoU over datasets."""
+    out: dict[str, Any] = {"miou": {}, "iou": {}, "usage": {}}
+    for name, items in scans.items():
+        spec = get_dataset(name)
+        conf = np.zeros((len(LABELS), len(LABELS)), np.int64)
+        usage: list[np.ndarray] = []
+        for scan in items:
+            pred, routing = predict_scan(model, scan, spec, device=device)
+            conf += confusion(pred, scan.labels.astype(np.int64))
+            for i, ids in enumerate(routing):
+                counts = np.bincount(ids, minlength=model.cfg.experts)
+                if i < len(usage):
+                    usage[i] += counts
+                else:
+                    usage.append(counts)
+        out["miou"][name], out["iou"][name] = miou(conf, spec.class_ids)
+        if usage:
+            out["usage"][name] = [(u / max(1, u.sum())).round(4).tolist() for u in usage]
+    out["mean_miou"] = float(np.mean(list(out["miou"].values()))) if out["miou"] else 0.0
+    return out
+
+
+# -- saving and loading ------------------------------------------------------------------------------
+
+
+def save_segmenter(model: PTv3, folder: Path, *, card: dict[str, Any] | None = None) -> Path:
+    """``config.json`` (architecture, labels, grids, features) + fp16 ``model.safetensors``."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: (v.half() if v.is_floating_point() else v).contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, str(folder / "model.safetensors"))
+    config = {
+        "format": FORMAT,
+        "version": 1,
+        "model": model.cfg.to_dict(),
+        "labels": list(LABELS),
+        "features": list(FEATURES),
+        "grids": GRIDS,
+        "card": card or {},
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    return folder
+
+
+class SegmenterError(ValueError):
+    """A segmenter folder that cannot be loaded; the message says what is missing or wrong."""
+
+
+def load_segmenter(folder: Path, *, device: torch.device | str = "cpu") -> tuple[PTv3, dict[str, Any]]:
+    from safetensors.torch import load_file
+
+    path = folder / "config.json"
+    if not path.is_file() or not (folder / "model.safetensors").is_file():
+        raise SegmenterError(
+            f"{folder.name} is not a point-cloud segmenter: config.json and model.safetensors are needed"
+        )
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SegmenterError(f"config.json is not valid JSON ({exc.msg})") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise SegmenterError(f"config.json does not describe a {FORMAT} (format field missing or different)")
+    if list(config.get("labels", [])) != list(LABELS) or list(config.get("features", [])) != list(FEATURES):
+        raise SegmenterError("the segmenter was trained on another label space or feature set")
+    try:
+        cfg = PTv3Config.from_dict(config["model"])
+        model = PTv3(cfg)
+        state = load_file(str(folder / "model.safetensors"))
+        model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SegmenterError(f"model.safetensors does not match config.json: {first[:200]}") from None
+    return model.to(device).eval(), config

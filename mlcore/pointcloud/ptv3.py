@@ -1,0 +1,366 @@
+"""PTv3-lite: a pure-PyTorch Point Transformer V3 (Wu et al., CVPR 2024) that runs on a CPU, with
+Point-MoE's sparse experts (Point-MoE, arXiv 2505.23926 v2, section 3).
+
+What is kept from PTv3 (method card, section 2):
+- **Serialisation.** Points are ordered along a space-filling curve of their voxel coordinates; the
+  blocks alternate between the z-order (Morton) curve and its transposed variant (x and y swapped),
+  so consecutive blocks see different neighbourhoods. Hilbert orders are left out (bit tricks only
+  change which neighbours share a patch).
+- **Patch attention.** The ordered points are cut into patches of ``patch`` points (each sample
+  padded by repeating its own points, as PTv3 does) and attend within a patch through
+  ``scaled_dot_product_attention``.
+- **Grid pooling / unpooling.** Stage s+1 keeps one token per occupied voxel of twice the size
+  (max-pooled projected features, mean coordinates); the decoder adds the coarse features back to
+  the skip features through the pooling's inverse map.
+- **BatchNorm** everywhere (the card's ablation prefers it), pre-norm residual blocks.
+
+What changes: the sparse-convolution xCPE is replaced by a positional MLP of each point's offset
+from its patch centroid (no spconv), and no drop-path (tiny models, short schedules).
+
+**Point-MoE** (card, section 2): in every block the attention output projection W_o
+(``placement="proj"``, the released config) or the FFN (``placement="ffn"``, the earlier project
+page) becomes a :class:`~mlcore.moe.MoELayer`: bias-free gated-ReLU experts
+E(x) = W_down(ReLU(W_gate·x) ⊙ W_up·x), a bias-free linear softmax router over all experts, top-k
+renormalised. The router sees token features only — never a dataset id. The dense twin replaces the
+same projection by one gated MLP, as wide as k experts (equal active compute) or E experts (equal
+total parameters).
+
+Labels come from scaled cosines between projected point features and one learned embedding per
+master class (the paper uses text embeddings of the class names; see the card), restricted per
+dataset in the loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from mlcore.moe import MoELayer, Routing, switch_load_balance_loss
+
+MAX_GRID = 2**16  # voxel coordinates per axis that fit the 48-bit Morton code below
+
+
+@dataclass(frozen=True)
+class PTv3Config:
+    in_channels: int = 5
+    num_classes: int = 14
+    channels: tuple[int, ...] = (32, 64, 96)
+    depths: tuple[int, ...] = (1, 1, 2)  #: encoder blocks per stage
+    dec_depths: tuple[int, ...] = (1, 1)  #: decoder blocks, coarse to fine (one per stage below the last)
+    head_dim: int = 16
+    patch: int = 64
+    ffn_ratio: float = 2.0  #: dense FFN width (× C)
+    #: "moe": W_o is a Point-MoE layer; "dense": one gated MLP of width proj_ratio × C; "linear": plain W_o.
+    proj: str = "linear"
+    proj_ratio: float = 1.0  #: expert width (moe) or gated-MLP width (dense), × C
+    #: "moe": the FFN is a Point-MoE layer of experts ffn_ratio / top_k × C wide (equal active compute).
+    ffn: str = "dense"
+    experts: int = 4
+    top_k: int = 2
+    embed_dim: int = 32  #: width of the cosine label head
+
+    def __post_init__(self) -> None:
+        if len(self.depths) != len(self.channels) or len(self.dec_depths) != len(self.channels) - 1:
+            raise ValueError("PTv3Config needs one depth per stage and one decoder depth per stage below the last")
+        if self.proj not in ("moe", "dense", "linear") or self.ffn not in ("moe", "dense"):
+            raise ValueError(f"proj must be moe|dense|linear and ffn moe|dense, got {self.proj!r}, {self.ffn!r}")
+        if any(c % self.head_dim for c in self.channels):
+            raise ValueError(f"every stage width must be a multiple of head_dim={self.head_dim}")
+        if not 1 <= self.top_k <= self.experts:
+            raise ValueError(f"top_k must be between 1 and experts={self.experts}")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.proj == "moe" or self.ffn == "moe"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PTv3Config:
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+@dataclass
+class PointBatch:
+    """Grid-sampled points of several samples, concatenated."""
+
+    coord: Tensor  #: [N, 3] float, in voxel units (xyz / grid), per sample shifted to start at 0
+    feat: Tensor  #: [N, F] float
+    batch: Tensor  #: [N] int64 sample index, non-decreasing
+
+    @property
+    def grid(self) -> Tensor:
+        return self.coord.floor().long()
+
+
+# -- serialisation ----------------------------------------------------------------------------------
+
+
+def _spread_bits(v: Tensor) -> Tensor:
+    """Insert two zero bits between the 16 low bits of v (the classic Morton 'part1by2')."""
+    v = v & 0xFFFF
+    v = (v | (v << 16)) & 0x0000FF0000FF
+    v = (v | (v << 8)) & 0x00F00F00F00F
+    v = (v | (v << 4)) & 0x0C30C30C30C3
+    v = (v | (v << 2)) & 0x249249249249
+    return v
+
+
+def morton(grid: Tensor, *, transpose: bool = False) -> Tensor:
+    """The z-order code of voxel coordinates [N, 3] (int64, each < 2^16); ``transpose`` swaps x and y
+    (PTv3's "z-trans" order)."""
+    x, y, z = grid.unbind(-1)
+    if transpose:
+        x, y = y, x
+    return _spread_bits(x) | (_spread_bits(y) << 1) | (_spread_bits(z) << 2)
+
+
+@dataclass
+class Patches:
+    """Where each patch slot reads from, and which slots are real (the rest repeat points)."""
+
+    index: Tensor  #: [num_patches · patch] token index per slot
+    valid: Tensor  #: [num_patches · patch] bool, True for the first occurrence of each token
+    patch: int
+
+
+def make_patches(grid: Tensor, batch: Tensor, patch: int, *, transpose: bool) -> Patches:
+    """Order tokens along the curve within each sample, then cut each sample's sequence into
+    patches of ``patch`` tokens; a sample's last patch is filled by cycling through its own tokens,
+    so no patch mixes samples."""
+    code = (batch << 48) | morton(grid, transpose=transpose)
+    order = torch.argsort(code)
+    counts = torch.bincount(batch)
+    counts = counts[counts > 0]
+    starts = torch.cumsum(counts, 0) - counts
+    padded = (counts + patch - 1) // patch * patch
+    sample = torch.repeat_interleave(torch.arange(len(counts), device=grid.device), padded)
+    slot = torch.arange(int(padded.sum()), device=grid.device) - torch.repeat_interleave(
+        torch.cumsum(padded, 0) - padded, padded
+    )
+    n = counts[sample]
+    index = order[starts[sample] + slot % n]
+    return Patches(index=index, valid=slot < n, patch=patch)
+
+
+# -- building blocks --------------------------------------------------------------------------------
+
+
+class GatedMLP(nn.Module):
+    """W_down(ReLU(W_gate·x) ⊙ W_up·x), bias-free: a Point-MoE expert, used densely."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.gate_up = nn.Linear(dim, 2 * hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.relu(gate) * up)
+
+
+class RoutedProjection(nn.Module):
+    """A :class:`~mlcore.moe.MoELayer` of gated-ReLU experts that remembers its last routing (for the
+    balance loss and expert-usage statistics)."""
+
+    def __init__(self, dim: int, hidden: int, experts: int, top_k: int) -> None:
+        super().__init__()
+        self.moe = MoELayer(dim, hidden, experts, top_k, activation="relu", gated=True)
+        self.routing: Routing | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        y, self.routing = self.moe(x, return_routing=True)
+        return y
+
+
+def _norm_act(dim: int) -> nn.Sequential:
+    return nn.Sequential(nn.BatchNorm1d(dim), nn.GELU())
+
+
+class Block(nn.Module):
+    """Pre-norm: x += PE(offset from patch centroid); x += W_o·Attn(BN(x)); x += FFN(BN(x))."""
+
+    def __init__(self, dim: int, cfg: PTv3Config, *, transpose: bool) -> None:
+        super().__init__()
+        self.heads = dim // cfg.head_dim
+        self.transpose = transpose
+        self.pos = nn.Sequential(nn.Linear(3, dim), nn.GELU(), nn.Linear(dim, dim))
+        self.norm1 = nn.BatchNorm1d(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj: nn.Module
+        if cfg.proj == "moe":
+            self.proj = RoutedProjection(dim, max(1, round(cfg.proj_ratio * dim)), cfg.experts, cfg.top_k)
+        elif cfg.proj == "dense":
+            self.proj = GatedMLP(dim, max(1, round(cfg.proj_ratio * dim)))
+        else:
+            self.proj = nn.Linear(dim, dim)
+        self.norm2 = nn.BatchNorm1d(dim)
+        self.ffn: nn.Module
+        if cfg.ffn == "moe":
+            self.ffn = RoutedProjection(dim, max(1, round(cfg.ffn_ratio * dim / cfg.top_k)), cfg.experts, cfg.top_k)
+        else:
+            self.ffn = GatedMLP(dim, max(1, round(cfg.ffn_ratio * dim)))
+
+    def forward(self, x: Tensor, coord: Tensor, patches: Patches) -> Tensor:
+        p = patches.patch
+        idx = patches.index
+        slots = coord[idx].view(-1, p, 3)
+        offset = slots - slots.mean(dim=1, keepdim=True)
+        h = self.norm1(x)[idx].view(-1, p, x.shape[-1]) + self.pos(offset / p**0.5)
+        q, k, v = self.qkv(h).view(h.shape[0], p, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(-1, x.shape[-1])
+        # Scatter the real slots back to their tokens (padding slots repeat tokens and are dropped).
+        attended = torch.empty_like(x).index_copy_(0, idx[patches.valid], a[patches.valid])
+        x = x + self.proj(attended)
+        return x + self.ffn(self.norm2(x))
+
+
+@dataclass
+class Level:
+    """One stage's tokens: coordinates (voxel units of that stage), integer grid, batch, and the
+    map from the previous stage's tokens to these (None at stage 0)."""
+
+    coord: Tensor
+    batch: Tensor
+    inverse: Tensor | None = None
+    patches: list[Patches] = field(default_factory=list)
+
+    @property
+    def grid(self) -> Tensor:
+        return self.coord.floor().long().clamp(0, MAX_GRID - 1)
+
+
+def grid_pool(level: Level) -> Level:
+    """Stage s → s+1: one token per occupied voxel of twice the size (PTv3's grid pooling)."""
+    coarse = level.grid // 2
+    key = (level.batch << 48) | morton(coarse)
+    _, inverse = torch.unique(key, return_inverse=True)
+    m = int(inverse.max()) + 1 if len(inverse) else 0
+    counts = torch.zeros(m, device=key.device).index_add_(0, inverse, torch.ones_like(inverse, dtype=torch.float32))
+    coord = torch.zeros(m, 3, device=key.device).index_add_(0, inverse, level.coord / 2) / counts[:, None]
+    batch = torch.zeros(m, dtype=torch.long, device=key.device).scatter_(0, inverse, level.batch)
+    return Level(coord=coord, batch=batch, inverse=inverse)
+
+
+class PTv3(nn.Module):
+    """Encoder stages with grid pooling between them, a U-Net decoder with unpooling, a cosine head."""
+
+    def __init__(self, cfg: PTv3Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+        c = cfg.channels
+        self.embed = nn.Sequential(nn.Linear(cfg.in_channels, c[0]), nn.BatchNorm1d(c[0]), nn.GELU())
+        self.encoder = nn.ModuleList()
+        self.down = nn.ModuleList()
+        n = 0
+        for s, (dim, depth) in enumerate(zip(c, cfg.depths, strict=True)):
+            if s:
+                self.down.append(nn.Sequential(nn.Linear(c[s - 1], dim), _norm_act(dim)))
+            blocks = []
+            for _ in range(depth):
+                blocks.append(Block(dim, cfg, transpose=bool(n % 2)))
+                n += 1
+            self.encoder.append(nn.ModuleList(blocks))
+        self.up_coarse = nn.ModuleList()
+        self.up_skip = nn.ModuleList()
+        self.decoder = nn.ModuleList()
+        for s in reversed(range(len(c) - 1)):
+            self.up_coarse.append(nn.Sequential(nn.Linear(c[s + 1], c[s]), _norm_act(c[s])))
+            self.up_skip.append(nn.Sequential(nn.Linear(c[s], c[s]), _norm_act(c[s])))
+            blocks = []
+            for _ in range(cfg.dec_depths[s]):
+                blocks.append(Block(c[s], cfg, transpose=bool(n % 2)))
+                n += 1
+            self.decoder.append(nn.ModuleList(blocks))
+        self.head = nn.Sequential(nn.Linear(c[0], c[0]), _norm_act(c[0]), nn.Linear(c[0], cfg.embed_dim))
+        self.class_embed = nn.Parameter(torch.randn(cfg.num_classes, cfg.embed_dim))
+        self.logit_scale = nn.Parameter(torch.tensor(10.0).log())
+
+    # -- routing bookkeeping --------------------------------------------------------------------
+    def routed(self) -> list[tuple[int, RoutedProjection]]:
+        """(stage, layer) for every MoE layer, in forward order (encoder, then decoder)."""
+        out: list[tuple[int, RoutedProjection]] = []
+        for s, blocks in enumerate(self.encoder):
+            out += [(s, m) for b in blocks for m in b.modules() if isinstance(m, RoutedProjection)]
+        for i, blocks in enumerate(self.decoder):
+            s = len(self.cfg.channels) - 2 - i
+            out += [(s, m) for b in blocks for m in b.modules() if isinstance(m, RoutedProjection)]
+        return out
+
+    def balance_loss(self) -> Tensor:
+        """Card, section 2.4: mean over MoE layers of E·Σ_e f_e·P̄_e (Switch eq. 4)."""
+        losses = [switch_load_balance_loss(m.routing) for _, m in self.routed() if m.routing is not None]
+        return torch.stack(losses).mean() if losses else torch.zeros(())
+
+    def point_routing(self) -> list[Tensor]:
+        """Per MoE layer, the top-1 expert of the token each input point falls in, [N] int64 (after a
+        forward pass): what the expert-usage charts count."""
+        maps = self._to_points
+        return [m.routing.expert_ids[:, 0][maps[s]] for s, m in self.routed() if m.routing is not None]
+
+    # -- forward -----------------------------------------------------------------------------------
+    def _patches(self, level: Level, blocks: Any) -> list[Patches]:
+        cache: dict[bool, Patches] = {}
+        out = []
+        for b in blocks:
+            if b.transpose not in cache:
+                cache[b.transpose] = make_patches(level.grid, level.batch, self.cfg.patch, transpose=b.transpose)
+            out.append(cache[b.transpose])
+        return out
+
+    def features(self, points: PointBatch) -> Tensor:
+        """[N, C0] per-point features after the decoder."""
+        level = Level(coord=points.coord, batch=points.batch)
+        levels = [level]
+        x = self.embed(points.feat)
+        skips: list[Tensor] = []
+        for s, blocks in enumerate(self.encoder):
+            if s:
+                new = grid_pool(levels[-1])
+                x = torch.full(
+                    (len(new.coord), x.shape[-1]), -torch.inf, device=x.device, dtype=x.dtype
+                ).scatter_reduce(0, new.inverse[:, None].expand(-1, x.shape[-1]), x, "amax", include_self=True)
+                x = self.down[s - 1](x)
+                levels.append(new)
+            for b, patches in zip(blocks, self._patches(levels[s], blocks), strict=True):
+                x = b(x, levels[s].coord, patches)
+            skips.append(x)
+        # Map stage-0 points to the token they fall in at each stage (for expert-usage statistics).
+        to_points = [torch.arange(len(points.coord), device=x.device)]
+        for lv in levels[1:]:
+            assert lv.inverse is not None
+            to_points.append(lv.inverse[to_points[-1]])
+        self._to_points = to_points
+        for i, blocks in enumerate(self.decoder):
+            s = len(levels) - 2 - i
+            inverse = levels[s + 1].inverse
+            assert inverse is not None
+            x = self.up_coarse[i](x)[inverse] + self.up_skip[i](skips[s])
+            for b, patches in zip(blocks, self._patches(levels[s], blocks), strict=True):
+                x = b(x, levels[s].coord, patches)
+        return x
+
+    def forward(self, points: PointBatch) -> Tensor:
+        """[N, num_classes] logits: s·cos(head(f), class embedding)."""
+        z = F.normalize(self.head(self.features(points)), dim=-1)
+        return self.logit_scale.exp().clamp(max=100) * z @ F.normalize(self.class_embed, dim=-1).T
+
+
+def parameter_counts(model: PTv3) -> dict[str, int]:
+    """Total parameters, and those active per token (an MoE layer counts k of its E experts)."""
+    total = sum(p.numel() for p in model.parameters())
+    inactive = 0
+    for _, layer in model.routed():
+        per_expert = (layer.moe.gate_up_proj.numel() + layer.moe.down_proj.numel()) // layer.moe.num_experts
+        inactive += per_expert * (layer.moe.num_experts - layer.moe.top_k)
+    return {"total": total, "active": total - inactive}
+
+
+def restrict_logits(logits: Tensor, allowed: Tensor) -> Tensor:
+    """Logits outside each point's dataset label set → −inf (card, section 2.7). allowed: [N, K] bool."""
+    return logits.masked_fill(~allowed, -torch.inf)

@@ -1,0 +1,162 @@
+"""Segment a whole scan of any size in bounded memory (method card, section 4, "segmentation job").
+
+1. Grid-sample the scan once (one point per voxel; ``inverse`` maps every input point to its voxel).
+2. If the voxels exceed ``chunk_points``, cut the xy plane into square tiles; each tile is predicted
+   with a margin of ``overlap`` metres of context around it and keeps only the predictions of its
+   own (core) voxels, so tile borders see their neighbours. A tile whose window still holds too
+   many voxels is split in four, recursively, so memory stays bounded however uneven the density.
+3. Carry each voxel's label to every input point through ``inverse``.
+
+Heights are measured from each window's lowest point and coordinates are in voxel units, as in
+training (:mod:`mlcore.pointcloud.pipeline`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from mlcore.pointcloud.datasets import grid_sample, point_features
+from mlcore.pointcloud.ptv3 import PointBatch, PTv3, restrict_logits
+from mlcore.pointcloud.scenes import LABELS
+
+#: Scans whose xy extent stays below this (metres) are treated as indoor (0.04 m grid), else outdoor.
+INDOOR_EXTENT = 25.0
+
+
+@dataclass
+class Segmentation:
+    labels: np.ndarray  #: [N] int32 master label per input point
+    voxels: int  #: points after grid sampling
+    chunks: int  #: model calls
+    grid: float
+    #: [K, layers, E] how often points predicted as class k had expert e as top-1, per MoE layer
+    usage: np.ndarray | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def choose_grid(xyz: np.ndarray, setting: str = "auto") -> float:
+    """0.04 m for rooms, 0.1 m for streets (the training grids); ``auto`` decides from the xy extent."""
+    if setting == "indoor":
+        return 0.04
+    if setting == "outdoor":
+        return 0.1
+    extent = float(np.max(xyz[:, :2].max(0) - xyz[:, :2].min(0))) if len(xyz) else 0.0
+    return 0.04 if extent < INDOOR_EXTENT else 0.1
+
+
+@torch.no_grad()
+def _predict(
+    model: PTv3, xyz: np.ndarray, feat: np.ndarray, grid: float, allowed: torch.Tensor
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    coord = torch.from_numpy(((xyz - xyz.min(0)) / grid).astype(np.float32))
+    points = PointBatch(coord, torch.from_numpy(feat), torch.zeros(len(xyz), dtype=torch.long))
+    logits = model(points)
+    pred = restrict_logits(logits, allowed.expand(len(xyz), -1)).argmax(-1).numpy()
+    routing = [r.numpy() for r in model.point_routing()] if model.cfg.is_moe else []
+    return pred, routing
+
+
+def segment_cloud(
+    model: PTv3,
+    xyz: np.ndarray,
+    rgb: np.ndarray | None = None,
+    intensity: np.ndarray | None = None,
+    *,
+    grid: float,
+    classes: list[int] | None = None,
+    chunk_points: int = 150_000,
+    overlap: float | None = None,
+    on_chunk: Callable[[int, int], None] | None = None,
+) -> Segmentation:
+    """Labels for every point of a cloud. ``classes`` restricts the predictions to a subset of the
+    master labels (uploads have no dataset identity: the full taxonomy or the user's subset).
+    ``overlap`` defaults to 32 voxels of context. ``on_chunk(done_voxels, total_voxels)`` reports
+    progress (and may raise to cancel)."""
+    model.eval()
+    t0 = time.perf_counter()
+    allowed = torch.zeros(len(LABELS), dtype=torch.bool)
+    allowed[classes if classes else list(range(len(LABELS)))] = True
+    keep, inverse = grid_sample(xyz, grid)
+    vox = xyz[keep].astype(np.float64)
+    feat_rgb = None if rgb is None else rgb[keep]
+    feat_int = None if intensity is None else intensity[keep]
+    t1 = time.perf_counter()
+    margin = overlap if overlap is not None else 32 * grid
+    labels = np.zeros(len(vox), np.int32)
+    layers = len(model.routed())
+    usage = np.zeros((len(LABELS), layers, model.cfg.experts), np.int64) if layers else None
+    chunks = 0
+    done = 0
+
+    def run(window: np.ndarray, core: np.ndarray) -> None:
+        nonlocal chunks, done
+        w = vox[window]
+        feat = point_features(
+            w, None if feat_rgb is None else feat_rgb[window], None if feat_int is None else feat_int[window]
+        )
+        pred, routing = _predict(model, w, feat, grid, allowed)
+        labels[window[core]] = pred[core]
+        if usage is not None:
+            for layer, ids in enumerate(routing):
+                np.add.at(usage, (pred[core], layer, ids[core]), 1)
+        chunks += 1
+        done += int(core.sum())
+        if on_chunk is not None:
+            on_chunk(done, len(vox))
+
+    def tile(x0: float, y0: float, size: float, members: np.ndarray) -> None:
+        """Predict the voxels of one square tile (``members`` indexes ``vox`` near it)."""
+        p = vox[members]
+        inside = (
+            (p[:, 0] >= x0 - margin)
+            & (p[:, 0] < x0 + size + margin)
+            & (p[:, 1] >= y0 - margin)
+            & (p[:, 1] < y0 + size + margin)
+        )
+        window = members[inside]
+        core = (
+            (vox[window, 0] >= x0)
+            & (vox[window, 0] < x0 + size)
+            & (vox[window, 1] >= y0)
+            & (vox[window, 1] < y0 + size)
+        )
+        if not core.any():
+            return
+        if len(window) > chunk_points and size > 4 * grid:
+            half = size / 2
+            for dx in (0.0, half):
+                for dy in (0.0, half):
+                    tile(x0 + dx, y0 + dy, half, window)
+            return
+        run(window, core)
+
+    if len(vox) <= chunk_points:
+        run(np.arange(len(vox)), np.ones(len(vox), bool))
+    else:
+        lo, hi = vox[:, :2].min(0), vox[:, :2].max(0) + 1e-6
+        size = float(max(hi - lo)) * min(1.0, np.sqrt(0.5 * chunk_points / len(vox)))
+        for x0 in np.arange(lo[0], hi[0], size):
+            for y0 in np.arange(lo[1], hi[1], size):
+                near = np.flatnonzero(
+                    (vox[:, 0] >= x0 - margin)
+                    & (vox[:, 0] < x0 + size + margin)
+                    & (vox[:, 1] >= y0 - margin)
+                    & (vox[:, 1] < y0 + size + margin)
+                )
+                if len(near):
+                    tile(float(x0), float(y0), size, near)
+    t2 = time.perf_counter()
+    out = labels[inverse]
+    return Segmentation(
+        labels=out,
+        voxels=len(vox),
+        chunks=chunks,
+        grid=grid,
+        usage=usage,
+        seconds={"grid_sampling": t1 - t0, "model": t2 - t1, "total": time.perf_counter() - t0},
+    )

@@ -1,0 +1,251 @@
+"""The video zoo: the class-conditional bouncing-digits DiT and its judge, each by a fixed recipe.
+
+``python -m mlcore.video.zoo train video-judge`` trains the classifier that grades generated clips;
+``python -m mlcore.video.zoo train video-dit-digits`` trains the DiT (resuming from
+``var/zoo/NAME/state.pt``), grades 200 generated clips with the judge and writes the commit-ready
+checkpoint to ``mlcore/zoo/checkpoints/NAME/`` (fp16 safetensors, config, ``train_log.jsonl``,
+``RECIPE.md``, ``manifest.json`` with sha256s). Training stops at the recipe's step count or its
+CPU-time budget, whichever comes first; ``--cpu-minutes 0`` exports what the saved state holds.
+
+The DiT trains with the attention pattern cycled step by step over full / MoGA + local / local, so
+one checkpoint serves every pattern of the ``video-generate`` job (see the guide there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKPOINTS = ROOT / "mlcore" / "zoo" / "checkpoints"
+
+
+@dataclass(frozen=True)
+class VideoDiTRecipe:
+    name: str = "video-dit-digits"
+    title: str = "Bouncing-digits video DiT (8 frames of 16×16, class = digit × direction)"
+    model: dict[str, Any] = field(
+        default_factory=lambda: {
+            "patch_size": (1, 4, 4), "dim": 64, "depth": 4, "heads": 4, "ffn_width": 256, "ffn": "dense",
+            "attention": "moga", "num_groups": 4, "window": (4, 2, 2), "sample_frames": 8, "sample_size": 16,
+        }
+    )  # fmt: skip
+    steps: int = 8000
+    batch_size: int = 16
+    lr: float = 1e-3
+    warmup: int = 100
+    attention_modes: tuple[str, ...] = ("full", "moga", "local")
+    cpu_minutes: float = 25.0
+    seed: int = 0
+    checkpoint_every: int = 50
+    eval_clips_per_class: int = 5
+    eval_steps: int = 20
+    eval_guidance: float = 3.0
+
+
+@dataclass(frozen=True)
+class JudgeRecipe:
+    name: str = "video-judge"
+    title: str = "Bouncing-digits judge (3-D CNN: digit and direction)"
+    steps: int = 2000
+    batch_size: int = 32
+    lr: float = 3e-3
+    width: int = 48
+    seed: int = 0
+
+
+RECIPES: dict[str, Any] = {"video-dit-digits": VideoDiTRecipe(), "video-judge": JudgeRecipe()}
+
+
+def sha256_of(path: Path) -> str:
+    from mlcore.zoo.lm import sha256_of as digest
+
+    return digest(path)
+
+
+def write_manifest(target: Path, recipe: Any, command: str, metrics: dict[str, Any]) -> None:
+    import torch
+
+    (target / "RECIPE.md").write_text(
+        f"# {recipe.title}\n\nReproduce with:\n\n    {command}\n\nRecipe:\n\n```json\n"
+        + json.dumps(asdict(recipe), indent=1)
+        + "\n```\n"
+    )
+    files = {p.name: sha256_of(p) for p in sorted(target.iterdir()) if p.is_file() and p.name != "manifest.json"}
+    manifest = {
+        "name": recipe.name,
+        "title": recipe.title,
+        "command": command,
+        "recipe": asdict(recipe),
+        "metrics": metrics,
+        "versions": {"torch": torch.__version__},
+        "files": files,
+    }
+    (target / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def train_judge(recipe: JudgeRecipe, target: Path, workdir: Path) -> dict[str, Any]:
+    import torch
+
+    from mlcore.video.classifier import train_classifier
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = (workdir / "train_log.jsonl").open("w")
+    started = time.process_time()
+
+    def on_step(step: int, loss: float) -> None:
+        if step % 20 == 0:
+            log.write(json.dumps({"step": step, "loss": round(loss, 5)}) + "\n")
+            log.flush()
+
+    model, result = train_classifier(
+        steps=recipe.steps, batch=recipe.batch_size, lr=recipe.lr, seed=recipe.seed, width=recipe.width, on_step=on_step
+    )
+    log.close()
+    metrics = {**asdict(result), "cpu_seconds": round(time.process_time() - started, 1)}
+    print(json.dumps(metrics))
+    if target.exists():
+        shutil.rmtree(target)
+    model.to(torch.float16).save_pretrained(target)
+    shutil.copy2(workdir / "train_log.jsonl", target / "train_log.jsonl")
+    write_manifest(target, recipe, f"python -m mlcore.video.zoo train {recipe.name}", metrics)
+    return metrics
+
+
+def load_judge(folder: Path | None = None) -> Any:
+    """The committed judge in float32 (verified against its manifest)."""
+    import torch
+
+    from mlcore.video.classifier import ClipClassifier
+    from mlcore.zoo.lm import verify_manifest
+
+    folder = folder or CHECKPOINTS / "video-judge"
+    verify_manifest(folder)
+    return ClipClassifier.from_pretrained(folder).to(torch.float32).eval()
+
+
+def load_dit(folder: Path) -> Any:
+    import torch
+
+    from mlcore.video.dit import VideoDiT
+
+    return VideoDiT.from_pretrained(folder).to(torch.float32).eval()
+
+
+def grade(model: Any, judge: Any, *, per_class: int, steps: int, guidance: float, seed: int = 0, attention: str | None = None) -> dict[str, float]:
+    """Generate ``per_class`` clips for each (digit, direction) and let the judge name them."""
+    import torch
+
+    from mlcore.data.video import DIRECTIONS, NUM_DIGITS
+    from mlcore.video.classifier import judge as run_judge
+    from mlcore.video.pipeline import generate
+
+    digits = torch.arange(NUM_DIGITS).repeat_interleave(len(DIRECTIONS) * per_class)
+    directions = torch.arange(len(DIRECTIONS)).repeat_interleave(per_class).repeat(NUM_DIGITS)
+    clips = torch.cat(
+        [
+            generate(model, digits[s : s + 40], directions[s : s + 40], steps=steps, guidance=guidance, seed=seed + s, attention=attention)  # type: ignore[arg-type]
+            for s in range(0, len(digits), 40)
+        ]
+    )
+    result = run_judge(judge, clips, digits, directions)
+    return {"digit_accuracy": result.digit_accuracy, "direction_accuracy": result.direction_accuracy, "accuracy": result.accuracy}
+
+
+def train_dit(recipe: VideoDiTRecipe, target: Path, workdir: Path, *, cpu_minutes: float | None = None) -> dict[str, Any]:
+    import torch
+
+    from mlcore.video.dit import VideoDiT
+    from mlcore.video.pipeline import TrainConfig, heldout_loss, load_state, make_optimiser, save_state, train
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(recipe.seed)
+    model = VideoDiT(**recipe.model)
+    config = TrainConfig(
+        steps=recipe.steps, batch_size=recipe.batch_size, lr=recipe.lr, warmup=recipe.warmup,
+        attention_modes=recipe.attention_modes, seed=recipe.seed,
+    )  # fmt: skip
+    optimiser = make_optimiser(model, config)
+    state_path = workdir / "state.pt"
+    state = load_state(state_path, model, optimiser) if state_path.exists() else None
+    budget = 60 * (recipe.cpu_minutes if cpu_minutes is None else cpu_minutes)
+    log_path = workdir / "train_log.jsonl"
+
+    def on_step(state: Any) -> None:
+        if state.step % recipe.checkpoint_every == 0 or state.step == config.steps:
+            window = state.losses[-recipe.checkpoint_every :]
+            entry = {
+                "step": state.step,
+                "rf_loss": round(sum(r[1] for r in window) / len(window), 5),
+                "aux_loss": round(sum(r[2] for r in window) / len(window), 5),
+                "cpu_seconds": round(state.cpu_seconds, 1),
+            }
+            with log_path.open("a") as log:
+                log.write(json.dumps(entry) + "\n")
+            print(json.dumps(entry), flush=True)
+            save_state(state_path, model, optimiser, state, config)
+
+    state = train(model, config, state=state, optimiser=optimiser, on_step=on_step, should_stop=lambda s: s.cpu_seconds >= budget)
+    save_state(state_path, model, optimiser, state, config)
+    judge = load_judge()
+    metrics: dict[str, Any] = {"steps": state.step, "cpu_seconds": round(state.cpu_seconds, 1)}
+    for mode in ("full", "moga", "local"):
+        metrics[f"heldout_rf_loss_{mode}"] = round(heldout_loss(model, attention=mode)["mean"], 5)  # type: ignore[arg-type]
+        metrics[f"generated_{mode}"] = grade(
+            model, judge, per_class=recipe.eval_clips_per_class, steps=recipe.eval_steps, guidance=recipe.eval_guidance,
+            attention=mode,
+        )  # fmt: skip
+        print(mode, metrics[f"heldout_rf_loss_{mode}"], metrics[f"generated_{mode}"], flush=True)
+    if target.exists():
+        shutil.rmtree(target)
+    model.to(torch.float16).save_pretrained(target)
+    shutil.copy2(log_path, target / "train_log.jsonl")
+    write_manifest(target, recipe, f"python -m mlcore.video.zoo train {recipe.name}", metrics)
+    return metrics
+
+
+def build_video_dit_digits(target: Path) -> None:
+    """Catalog builder: copy the verified committed checkpoint."""
+    from mlcore.zoo.committed import copy_committed
+
+    copy_committed("video-dit-digits", target)
+
+
+def build_video_judge(target: Path) -> None:
+    from mlcore.zoo.committed import copy_committed
+
+    copy_committed("video-judge", target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mlcore.video.zoo")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train a recipe (resumes) and export its checkpoint")
+    train.add_argument("name", choices=sorted(RECIPES))
+    train.add_argument("--threads", type=int, default=1)
+    train.add_argument("--cpu-minutes", type=float, default=None, help="override the DiT's CPU budget (0: export now)")
+    train.add_argument("--workdir", type=Path, default=None)
+    train.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    recipe = RECIPES[args.name]
+    workdir = args.workdir or ROOT / "var" / "zoo" / recipe.name
+    target = args.out or CHECKPOINTS / recipe.name
+    if isinstance(recipe, JudgeRecipe):
+        train_judge(recipe, target, workdir)
+    else:
+        train_dit(recipe, target, workdir, cpu_minutes=args.cpu_minutes)
+    print(f"checkpoint written to {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

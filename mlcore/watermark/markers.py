@@ -1,0 +1,190 @@
+"""MOLM markers: P parallel LoRA adapters per routed convolution, one switched on per key symbol.
+
+Paper section 3 (method card, section 2): inside each routed ResNet block of the frozen VAE
+decoder sit P parallel low-rank adapters; the M-bit key κ is cut into L segments of log₂P bits and
+segment l, read as an integer s_l (most significant bit first), switches on adapter s_l of slot l:
+
+    h_l ← conv_l(x) + α · B_{l,s_l} A_{l,s_l} x                    (hard, one-hot route; no router)
+
+with A (rank × C_in) and B (C_out × rank) 1×1 convolutions. We give **each convolution its own slot**
+(conv1 and conv2 of a block read different symbols) — the card's way to reach ≥ 48 bits: a
+decoder with 8 ResNet blocks, 16 slots and P = 8 carries 16 × 3 = 48 bits.
+
+The adapters never touch the decoder's weights: they are forward hooks on its ``Conv2d`` modules,
+active only inside :meth:`Markers.keyed`, so the frozen decoder stays byte-identical (and a real
+diffusers VAE directory works unchanged) and "adapters off" reproduces it exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+from diffusers.configuration_utils import ConfigMixin, register_to_config
+from diffusers.models.modeling_utils import ModelMixin
+from torch import nn
+
+
+def routed_convolutions(vae: nn.Module) -> list[tuple[str, nn.Conv2d]]:
+    """The decoder's routed convolutions in forward order: conv1 and conv2 of every ResNet block.
+
+    Found by structure (``decoder.mid_block`` then ``decoder.up_blocks``), so any diffusers
+    ``AutoencoderKL`` — ours or a Stable Diffusion VAE — yields its own list.
+    """
+    decoder = getattr(vae, "decoder", None)
+    if decoder is None or not hasattr(decoder, "up_blocks"):
+        raise ValueError("expected a diffusers AutoencoderKL (a .decoder with up_blocks); got " + type(vae).__name__)
+    blocks: list[tuple[str, nn.Module]] = []
+    if getattr(decoder, "mid_block", None) is not None:
+        blocks += [(f"decoder.mid_block.resnets.{i}", r) for i, r in enumerate(decoder.mid_block.resnets)]
+    for b, up in enumerate(decoder.up_blocks):
+        blocks += [(f"decoder.up_blocks.{b}.resnets.{i}", r) for i, r in enumerate(up.resnets)]
+    return [(f"{name}.{conv}", getattr(block, conv)) for name, block in blocks for conv in ("conv1", "conv2")]
+
+
+def bits_to_symbols(bits: torch.Tensor, bits_per_symbol: int) -> torch.Tensor:
+    """(B, M) {0, 1} → (B, M / b) integers: segment l, most significant bit first (section 3)."""
+    if bits.shape[-1] % bits_per_symbol:
+        raise ValueError(f"{bits.shape[-1]} key bits do not split into {bits_per_symbol}-bit symbols")
+    segments = bits.reshape(*bits.shape[:-1], -1, bits_per_symbol).long()
+    weights = 2 ** torch.arange(bits_per_symbol - 1, -1, -1, device=bits.device)
+    return (segments * weights).sum(-1)
+
+
+def symbols_to_bits(symbols: torch.Tensor, bits_per_symbol: int) -> torch.Tensor:
+    """The inverse of :func:`bits_to_symbols`."""
+    shifts = torch.arange(bits_per_symbol - 1, -1, -1, device=symbols.device)
+    return ((symbols.unsqueeze(-1) >> shifts) & 1).flatten(-2).float()
+
+
+def parse_key(bits: str, num_bits: int) -> np.ndarray:
+    """A key string of '0'/'1' → (num_bits,) float array; ``ValueError`` with the reason otherwise."""
+    text = bits.strip()
+    if not text or set(text) - {"0", "1"}:
+        raise ValueError("a key's bits must be a string of 0s and 1s")
+    if len(text) != num_bits:
+        raise ValueError(f"the key has {len(text)} bits but these markers carry {num_bits}")
+    return np.array([c == "1" for c in text], dtype=np.float32)
+
+
+class Markers(ModelMixin, ConfigMixin):
+    """The LoRA banks: for slot l, A_l (P, r, C_in) and B_l (P, C_out, r); see the module docstring."""
+
+    @register_to_config
+    def __init__(
+        self,
+        slots: tuple[str, ...] = (),
+        in_channels: tuple[int, ...] = (),
+        out_channels: tuple[int, ...] = (),
+        num_adapters: int = 8,
+        rank: int = 8,
+        alpha: float = 1.0,
+        init_scale: float = 0.0,
+        bitwise_init: bool = False,
+    ) -> None:
+        super().__init__()
+        if num_adapters < 2 or num_adapters & (num_adapters - 1):
+            raise ValueError(f"num_adapters (P) must be a power of two ≥ 2, not {num_adapters}")
+        if not (len(slots) == len(in_channels) == len(out_channels)) or not slots:
+            raise ValueError("give one in/out channel count per slot, and at least one slot")
+        self.down = nn.ParameterList()
+        self.up = nn.ParameterList()
+        bits = int(math.log2(num_adapters))
+        # Symbol s's bits as ±1, most significant first: (P, log2 P).
+        signs = symbols_to_bits(torch.arange(num_adapters), bits) * 2 - 1
+        for cin, cout in zip(in_channels, out_channels, strict=True):
+            # A: Kaiming-like; B: zero in the paper (adapters start as the identity). A non-zero
+            # ``init_scale`` lets the extractor see key-dependent images from step 0.
+            if bitwise_init:
+                # Our deviation for CPU budgets: all P adapters of a slot start from one A, and
+                # B_s = Σ_j ±D_j (sign = bit j of s), so flipping one key bit flips the sign of one
+                # perturbation. The extractor then starts from 48 sign-detection problems rather than
+                # 16 eight-way classifications. Training moves every adapter freely afterwards.
+                down = (torch.randn(rank, cin) / math.sqrt(cin)).expand(num_adapters, rank, cin).clone()
+                directions = torch.randn(bits, cout, rank) * init_scale / math.sqrt(rank * bits)
+                up = torch.einsum("pb,bor->por", signs, directions)
+            else:
+                down = torch.randn(num_adapters, rank, cin) / math.sqrt(cin)
+                up = torch.randn(num_adapters, cout, rank) * init_scale / math.sqrt(rank)
+            self.down.append(nn.Parameter(down))
+            self.up.append(nn.Parameter(up.contiguous()))
+        self._symbols: torch.Tensor | None = None
+        self._handles: list[Any] = []
+
+    @classmethod
+    def for_vae(cls, vae: nn.Module, *, num_adapters: int = 8, rank: int = 8, **kwargs: Any) -> Markers:
+        convs = routed_convolutions(vae)
+        return cls(
+            slots=tuple(name for name, _ in convs),
+            in_channels=tuple(c.in_channels for _, c in convs),
+            out_channels=tuple(c.out_channels for _, c in convs),
+            num_adapters=num_adapters,
+            rank=rank,
+            **kwargs,
+        )
+
+    @property
+    def bits_per_symbol(self) -> int:
+        return int(math.log2(self.config.num_adapters))
+
+    @property
+    def num_bits(self) -> int:
+        return len(self.config.slots) * self.bits_per_symbol
+
+    def random_keys(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """(n, M) uniformly random key bits as floats — a fresh key per image (section 3, training)."""
+        return torch.randint(0, 2, (n, self.num_bits), generator=generator).float()
+
+    def _delta(self, slot: int, x: torch.Tensor) -> torch.Tensor:
+        symbols = self._symbols[:, slot]  # type: ignore[index]
+        if symbols.shape[0] != x.shape[0]:
+            symbols = symbols.expand(x.shape[0]) if symbols.shape[0] == 1 else symbols
+        a = self.down[slot][symbols].to(x.dtype)  # (B, r, C_in)
+        b = self.up[slot][symbols].to(x.dtype)  # (B, C_out, r)
+        h = torch.einsum("bchw,brc->brhw", x, a)
+        return self.config.alpha * torch.einsum("brhw,bor->bohw", h, b)
+
+    def attach(self, vae: nn.Module) -> None:
+        """Hook every routed convolution of ``vae``; idle until :meth:`keyed` sets a key."""
+        self.detach()
+        convs = routed_convolutions(vae)
+        names = [name for name, _ in convs]
+        if tuple(names) != tuple(self.config.slots):
+            raise ValueError(
+                f"these markers were trained for a decoder with {len(self.config.slots)} routed convolutions; "
+                f"this VAE has {len(names)} (or a different layout) — train markers for it"
+            )
+        for slot, (_, conv) in enumerate(convs):
+            if (conv.in_channels, conv.out_channels) != (self.config.in_channels[slot], self.config.out_channels[slot]):
+                raise ValueError(f"slot {names[slot]}: channel counts differ from the markers'; train markers for it")
+
+            def hook(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor, slot: int = slot) -> Any:
+                if self._symbols is None:
+                    return None  # adapters off: the frozen decoder, exactly
+                return output + self._delta(slot, args[0])
+
+            self._handles.append(conv.register_forward_hook(hook))
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    @contextmanager
+    def keyed(self, bits: torch.Tensor | np.ndarray) -> Iterator[None]:
+        """Inside the block, the attached decoder is watermarked with ``bits`` ((M,) or (B, M))."""
+        if not self._handles:
+            raise RuntimeError("attach the markers to a VAE first")
+        key = torch.as_tensor(np.asarray(bits) if not isinstance(bits, torch.Tensor) else bits)
+        key = key.reshape(1, -1) if key.ndim == 1 else key
+        if key.shape[-1] != self.num_bits:
+            raise ValueError(f"the key has {key.shape[-1]} bits but these markers carry {self.num_bits}")
+        self._symbols = bits_to_symbols(key.to(self.device), self.bits_per_symbol)
+        try:
+            yield
+        finally:
+            self._symbols = None

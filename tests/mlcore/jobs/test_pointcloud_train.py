@@ -1,0 +1,54 @@
+import pytest
+
+from mlcore.jobs import InMemoryContext, ValidationError
+from mlcore.jobs.references import LocalResolver
+from mlcore.jobs.registry import get_kind
+from mlcore.jobs.runner import execute, prepare
+from mlcore.pointcloud.pipeline import load_segmenter
+
+FAST = {"steps": 12, "scenes": 2, "eval_every": 6, "eval_scenes": 1, "batch_size": 2, "points": 512, "seed": 0}
+
+
+def run(raw, ctx=None):
+    kind = get_kind("pointcloud-train")
+    ctx = ctx or InMemoryContext()
+    params, inputs = prepare(kind, {**FAST, **raw}, {}, resolver=LocalResolver(), workdir=ctx.workdir)
+    return execute(kind, params, inputs, ctx), ctx
+
+
+def test_it_trains_point_moe_jointly_and_registers_a_segmenter_that_loads():
+    outcome, ctx = run({"architecture": "moe-proj", "datasets": "A,C", "balance": 0.01})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert [s for s, _ in ctx.metrics.series["val_miou_A"]] == [6, 12]
+    assert len(ctx.metrics.series["loss"]) == 12 and "balance_loss" in ctx.metrics.series
+    scalars = ctx.metrics.scalars
+    for name in ("miou_A", "miou_C", "miou_E", "miou_F", "seen_miou", "zero_shot_miou"):
+        assert 0 <= scalars[name] <= 1
+    assert scalars["active_parameters"] < scalars["parameters"]
+    usage = ctx.charts["expert_usage"]["data"]["values"]
+    assert {row["dataset"] for row in usage} == {"A", "C", "E", "F"}
+    (registration,) = ctx.registrations
+    assert registration.kind == "pointcloud-segmenter" and registration.card["architecture"] == "moe-proj"
+    model, config = load_segmenter(registration.path)
+    assert model.cfg.is_moe and config["card"]["datasets"] == ["A", "C"]
+
+
+def test_the_dense_twin_trains_with_single_dataset_batches_and_has_no_usage_chart():
+    outcome, ctx = run({"architecture": "dense", "datasets": "B,D", "mixed": False, "steps": 4, "eval_every": 0})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert "expert_usage" not in ctx.charts and "balance_loss" not in ctx.metrics.series
+    assert ctx.metrics.scalars["active_parameters"] == ctx.metrics.scalars["parameters"]
+    assert any("single-dataset batches" in line for line in ctx.lines)
+
+
+def test_top_k_above_the_expert_count_is_refused():
+    with pytest.raises(ValidationError) as caught:
+        run({"experts": 2, "top_k": 3})
+    assert "top_k" in str(caught.value.errors)
+
+
+def test_a_cancelled_training_stops_between_steps():
+    ctx = InMemoryContext()
+    ctx.cancel()
+    outcome, _ = run({"steps": 5}, ctx=ctx)
+    assert outcome.status == "cancelled"

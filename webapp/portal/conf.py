@@ -1,0 +1,78 @@
+"""The portal's settings: each read from Django settings when a test or deployment sets it there,
+else from the environment (``MOELAB_PORTAL_*``), else a default that works without any server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from webapp.env import env_int, env_str
+
+
+def _get(name: str, default: Any) -> Any:
+    return getattr(settings, name, default)
+
+
+def max_bytes() -> int:
+    """The largest image the public portal accepts (bytes)."""
+    return int(_get("PORTAL_MAX_BYTES", env_int("MOELAB_PORTAL_MAX_BYTES", 10 * 2**20)))
+
+
+def max_pixels() -> int:
+    """The most pixels an uploaded image may declare: well below Pillow's bomb limit."""
+    return int(_get("PORTAL_MAX_PIXELS", env_int("MOELAB_PORTAL_MAX_PIXELS", 4096 * 4096)))
+
+
+def max_batch_bytes() -> int:
+    """The largest zip a logged-in owner may send for batch verification."""
+    return int(_get("PORTAL_MAX_BATCH_BYTES", env_int("MOELAB_PORTAL_MAX_BATCH_BYTES", 200 * 2**20)))
+
+
+def rate_per_minute() -> int:
+    """Checks one IP address may make per minute (also the burst size)."""
+    return int(_get("PORTAL_RATE_PER_MINUTE", env_int("MOELAB_PORTAL_RATE_PER_MINUTE", 20)))
+
+
+def rate_backend() -> str:
+    """``redis`` when ``REDIS_URL`` is set, else ``database`` (works on the embedded default)."""
+    chosen = _get("PORTAL_RATE_BACKEND", env_str("MOELAB_PORTAL_RATE_BACKEND", "auto"))
+    if chosen == "auto":
+        return "redis" if settings.REDIS_URL else "database"
+    if chosen not in ("redis", "database"):
+        raise ValueError(f"PORTAL_RATE_BACKEND={chosen!r}: use auto, redis or database")
+    return chosen
+
+
+def trusted_proxy_hops() -> int:
+    """How many reverse proxies in front of us append to X-Forwarded-For (0: use REMOTE_ADDR)."""
+    return int(_get("PORTAL_TRUSTED_PROXY_HOPS", env_int("MOELAB_TRUSTED_PROXY_HOPS", 0)))
+
+
+def wait_seconds() -> float:
+    """How long the web waits for the verify queue's answer before saying it is busy."""
+    return float(_get("PORTAL_WAIT_SECONDS", env_int("MOELAB_PORTAL_WAIT_SECONDS", 15)))
+
+
+def extractor() -> str:
+    """The extractor verify workers load: a zoo reference (``zoo:molm-tiny``) or a directory."""
+    return str(_get("WATERMARK_EXTRACTOR", env_str("MOELAB_WATERMARK_EXTRACTOR", "zoo:molm-tiny")))
+
+
+def key_bits() -> int:
+    """Bits per new key; must equal what the extractor reads (the workers check)."""
+    return int(_get("WATERMARK_KEY_BITS", env_int("MOELAB_WATERMARK_KEY_BITS", 48)))
+
+
+def fpr() -> float:
+    return float(_get("WATERMARK_FPR", float(env_str("MOELAB_WATERMARK_FPR", "1e-3"))))
+
+
+def suspicious_fpr() -> float:
+    return float(_get("WATERMARK_SUSPICIOUS_FPR", float(env_str("MOELAB_WATERMARK_SUSPICIOUS_FPR", "1e-2"))))
+
+
+def secret() -> str:
+    """What keys are encrypted with at rest. Set ``MOELAB_WATERMARK_SECRET`` (or ``_FILE``) in
+    production: the fallback derives from ``SECRET_KEY``, so rotating that would lock the keys."""
+    return str(_get("WATERMARK_SECRET", env_str("MOELAB_WATERMARK_SECRET", "")) or settings.SECRET_KEY)

@@ -1,0 +1,144 @@
+"""Portal pages: the public check (no login), batch verification for logged-in members (a
+``watermark-verify`` job), and each team's key registry.
+
+Every key is reached through ``key_for_user`` (404 to outsiders, 403 to non-owners who try to
+revoke or rotate) and every team through ``team_for_user``; the public page reaches neither.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from webapp.accounts.selectors import membership_for, team_for_user, teams_for_user
+from webapp.accounts.views import remember_team
+from webapp.jobs.services import SubmitError, job_submit
+from webapp.portal import conf, ratelimit, selectors, services
+from webapp.portal.uploads import UploadRefused, check_upload
+
+
+def _verify_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
+    return {
+        "max_bytes": conf.max_bytes(),
+        "max_pixels": conf.max_pixels(),
+        "rate_per_minute": conf.rate_per_minute(),
+        "teams": list(teams_for_user(request.user)),
+        "nav": "verify",
+        **extra,
+    }
+
+
+@require_http_methods(["GET", "POST"])
+def verify(request: HttpRequest) -> HttpResponse:
+    """Anyone may check one image: verdict, coarse confidence and organisation; a member of the
+    marking team, logged in, also sees the key, the bits matched, the p-value and the thresholds."""
+    if request.method == "GET":
+        return render(request, "portal/verify.html", _verify_context(request))
+    decision = ratelimit.take_for(request)
+    if not decision.allowed:
+        response = render(
+            request,
+            "portal/verify.html",
+            _verify_context(request, error=ratelimit.refusal_message(decision)),
+            status=429,
+        )
+        response["Retry-After"] = str(max(1, round(decision.retry_after)))
+        return response
+    upload = request.FILES.get("image")
+    if upload is None:
+        return render(
+            request, "portal/verify.html", _verify_context(request, error="Choose an image to check."), status=400
+        )
+    try:
+        image = check_upload(upload)
+        answer = services.check_images([image])
+    except UploadRefused as exc:
+        return render(request, "portal/verify.html", _verify_context(request, error=str(exc)), status=400)
+    except services.VerifierFailed as exc:
+        return render(request, "portal/verify.html", _verify_context(request, error=str(exc)), status=400)
+    except services.VerifierBusy as exc:
+        return render(request, "portal/verify.html", _verify_context(request, error=str(exc)), status=503)
+    match = answer["images"][0]
+    result = services.view_for(match, answer["thresholds"], selectors.team_ids_of(request.user))
+    shared = request.POST.get("share") == "on"
+    if shared:
+        services.share_image(image, verdict=match["verdict"], organisation=result["organisation"])
+    context = _verify_context(request, result=result, image_name=image.name, shared=shared)
+    return render(request, "portal/verify.html", context)
+
+
+@login_required
+@require_POST
+def verify_batch(request: HttpRequest) -> HttpResponse:
+    """A zip (or several images) becomes a ``watermark-verify`` job of the chosen team."""
+    team = team_for_user(request.user, request.POST.get("team", ""), write=True)
+    files = request.FILES.getlist("images")
+    if not files:
+        messages.error(request, "Choose a zip of images (or several images) to verify.")
+        return redirect("portal:verify")
+    try:
+        job = job_submit(team=team, user=request.user, kind="watermark-verify", raw_params={}, files={"images": files})
+    except SubmitError as exc:
+        messages.error(request, "; ".join(message for _, message in exc.errors))
+        return redirect("portal:verify")
+    return redirect("jobs:detail", job.pk)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def keys(request: HttpRequest, team_slug: str) -> HttpResponse:
+    membership = membership_for(request.user, team_slug)
+    remember_team(request, membership.team)
+    if request.method == "POST":
+        team = team_for_user(request.user, team_slug, write=True)
+        try:
+            key = services.key_create(team=team, user=request.user, name=request.POST.get("name", ""))
+        except services.KeyRefused as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Created key {key.name!r} ({key.reference}); use it in watermark jobs.")
+        return redirect("portal:keys", team_slug)
+    context = {
+        "team": membership.team,
+        "membership": membership,
+        "keys": selectors.keys_for_team(membership.team),
+        "key_bits": conf.key_bits(),
+        "nav": "keys",
+    }
+    return render(request, "portal/keys.html", context)
+
+
+def _keys_page(key: Any) -> str:
+    return reverse("portal:keys", args=[key.team.slug])
+
+
+@login_required
+@require_POST
+def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+    key = selectors.key_for_user(request.user, key_id, manage=True)
+    try:
+        services.key_revoke(key=key, user=request.user)
+    except services.KeyRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Revoked {key.name!r}: images it marked still verify, shown as revoked.")
+    return redirect(_keys_page(key))
+
+
+@login_required
+@require_POST
+def key_rotate(request: HttpRequest, key_id: int) -> HttpResponse:
+    key = selectors.key_for_user(request.user, key_id, manage=True)
+    try:
+        new = services.key_rotate(key=key, user=request.user)
+    except services.KeyRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Rotated {key.name!r}: {new.reference} replaces {key.reference}, now revoked.")
+    return redirect(_keys_page(key))
