@@ -12,7 +12,9 @@ BENCHMARKS: dict[str, str] = {
     "el": "mlcore.bench.el",
     "distill": "mlcore.bench.distill",
     "mixture": "mlcore.bench.mixture",
+    "routing": "mlcore.bench.routing",
     "watermark": "mlcore.bench.watermark",
+    "watermark-latency": "mlcore.bench.watermark_latency",
     "video": "mlcore.bench.video",
     "pointcloud": "mlcore.bench.pointcloud",
 }

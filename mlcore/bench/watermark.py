@@ -365,6 +365,8 @@ def run(tier: str, results: Path) -> None:
         latency_md, latency_data = section(tier)
     except ImportError:
         pass
+    except Exception as exc:  # W2's section starts a portal and a worker; its failure must not lose ours
+        latency_md, latency_data = f"_The latency section failed: {type(exc).__name__}: {exc}_", {"error": str(exc)}
     pooled = _pooled(suites)
     markdown = _markdown(tier, spec, card, suites, pooled, curve, operating, latency_md)
     markdown += f"\n\nTotal benchmark time: {time.perf_counter() - started:.0f} s."

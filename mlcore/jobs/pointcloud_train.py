@@ -189,6 +189,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         f"{cfg.batch_size} × {cfg.points} points"
     )
     ctx.progress(0.0, "generating scenes")
+    ctx.raise_if_cancelled()
     pool = ScanPool(datasets, cfg.scenes)
 
     def on_step(step: int, result: Any) -> None:

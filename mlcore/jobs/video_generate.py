@@ -163,26 +163,31 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     step_times: list[float] = []
     last = [time.perf_counter()]
 
-    def on_step(i: int, total: int) -> None:
-        # Called before every step: the cancel check, then the bookkeeping of the step just done.
-        ctx.raise_if_cancelled()
+    def record_step() -> None:
+        """The wall time and group sizes of the sampling step that just finished."""
         now = time.perf_counter()
-        if i:
-            step_times.append(now - last[0])
+        step_times.append(now - last[0])
         last[0] = now
-        if params["attention"] == "moga" and i:
+        if params["attention"] == "moga":
             for layer, attention in enumerate(model.attention_layers()):
                 if attention.last_stats is not None:
                     sizes[layer] += attention.last_stats.group_sizes().cpu()
                     flop_fractions.append(attention.last_stats.flop_fraction())
+
+    def on_step(i: int, total: int) -> None:
+        # Called before every step, so a cancel stops sampling within one step.
+        ctx.raise_if_cancelled()
+        if i:
+            record_step()
         ctx.progress(0.05 + 0.85 * i / total, f"sampling step {i + 1} of {total}")
 
     started = time.perf_counter()
+    last[0] = started
     clips = generate(
         model, digits, directions, frames=params["frames"], size=params["resolution"], steps=params["steps"],
         guidance=params["guidance"], seed=params["seed"], attention=params["attention"], on_step=on_step,
     )  # fmt: skip
-    on_step(params["steps"], params["steps"])
+    record_step()
     seconds = time.perf_counter() - started
     clips_np = clips[:, 0].cpu().numpy()  # [n, F, H, W]
 

@@ -280,6 +280,8 @@ class PTv3(nn.Module):
         self.head = nn.Sequential(nn.Linear(c[0], c[0]), _norm_act(c[0]), nn.Linear(c[0], cfg.embed_dim))
         self.class_embed = nn.Parameter(torch.randn(cfg.num_classes, cfg.embed_dim))
         self.logit_scale = nn.Parameter(torch.tensor(10.0).log())
+        #: Per stage, the token each input point falls in (set by the last forward pass).
+        self._to_points: list[Tensor] = []
 
     # -- routing bookkeeping --------------------------------------------------------------------
     def routed(self) -> list[tuple[int, RoutedProjection]]:

@@ -174,13 +174,15 @@ class VideoAttention(nn.Module):
         return gate * attended
 
 
-def in_group_mass(q: Tensor, k: Tensor, group_ids: Tensor) -> Tensor:
+def in_group_mass(q: Tensor, k: Tensor, group_ids: Tensor, *, key_groups: Tensor | None = None) -> Tensor:
     """Per query, the share of its full-softmax attention mass that lands on keys of its own group.
 
-    q, k [B, H, N, D], group_ids [B, N] → [B, H, N]. 1 means the group holds everything full
-    attention would have looked at; 1/M is what a random balanced partition gives on average.
+    q [B, H, Nq, D], k [B, H, N, D]; ``group_ids`` [B, Nq] are the queries' groups and ``key_groups``
+    [B, N] the keys' (default: the same tensor, when every token is a query) → [B, H, Nq]. 1 means the
+    group holds everything full attention would have looked at; a random balanced partition gives ≈ 1/M.
     """
+    key_groups = group_ids if key_groups is None else key_groups
     scores = torch.einsum("bhid,bhjd->bhij", q, k) * q.shape[-1] ** -0.5
     probs = scores.softmax(-1)
-    same = (group_ids[:, :, None] == group_ids[:, None, :]).unsqueeze(1)
+    same = (group_ids[:, :, None] == key_groups[:, None, :]).unsqueeze(1)
     return (probs * same).sum(-1)

@@ -22,7 +22,7 @@ def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
         raise ValueError("each feature set needs at least 2 rows for a covariance")
     mu_a, mu_b = a.mean(0), b.mean(0)
     cov_a, cov_b = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
-    root, _ = linalg.sqrtm(cov_a @ cov_b, disp=False)
+    root = linalg.sqrtm(cov_a @ cov_b)
     if not np.isfinite(root).all():
         # A singular product (few samples): regularise both covariances slightly, as Heusel et al.'s code does.
         eps = 1e-6 * np.eye(len(cov_a))

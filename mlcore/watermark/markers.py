@@ -95,7 +95,7 @@ class Markers(ModelMixin, ConfigMixin):
         self.up = nn.ParameterList()
         bits = int(math.log2(num_adapters))
         # Symbol s's bits as ±1, most significant first: (P, log2 P).
-        signs = symbols_to_bits(torch.arange(num_adapters), bits) * 2 - 1
+        signs = symbols_to_bits(torch.arange(num_adapters)[:, None], bits) * 2 - 1
         for cin, cout in zip(in_channels, out_channels, strict=True):
             # A: Kaiming-like; B: zero in the paper (adapters start as the identity). A non-zero
             # ``init_scale`` lets the extractor see key-dependent images from step 0.

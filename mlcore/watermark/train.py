@@ -167,7 +167,7 @@ def train_molm(
     latents, frozen = latent_pool(generator, config.pool, seed=config.seed + 1000)
     held_z, held_x = latent_pool(generator, config.eval_images, seed=config.seed + 2000, split="test")
     g = torch.Generator().manual_seed(config.seed * 7919 + start)
-    base_lrs = [group["lr"] for group in optimizer.param_groups]
+    base_lrs = [config.lr_markers, config.lr_extractor]  # not the resumed groups' decayed values
     extractor.train()
     clock = time.perf_counter()
     running: dict[str, list[float]] = {"loss_key": [], "loss_imp": [], "train_bit_accuracy": []}

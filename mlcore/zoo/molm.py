@@ -47,7 +47,10 @@ class MolmRecipe:
         default_factory=lambda: {
             "num_adapters": 8,
             "rank": 8,
-            "steps": 700,
+            "steps": 2400,
+            "key_only_fraction": 0.5,
+            "ramp_fraction": 0.3,
+            "lr_extractor": 2e-3,
             "lam": 0.5,
             "batch_size": 16,
             "init_scale": 1.0,

@@ -19,8 +19,9 @@ from webapp.dashboard.home import home_cards
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-# A flagship's sample must finish in minutes on a CPU (spec.sample's promise); this is the ceiling.
-SAMPLE_SECONDS = 240
+# A flagship's sample must finish in minutes on a CPU (spec.sample's promise). compress-moe's takes
+# about 30 CPU-seconds; the ceiling is generous because CI machines are shared.
+SAMPLE_SECONDS = 480
 FLAGSHIPS = [card.spec.name for card in home_cards()[0] if card.spec is not None and card.spec.sample]
 
 
@@ -34,7 +35,8 @@ def wait_until_finished(page: Page, timeout: float) -> str:
         if terminal:
             return status
         page.wait_for_timeout(500)
-    raise AssertionError(f"the sample job did not finish within {timeout:.0f} s")
+    log = page.locator("#job-live pre.log").inner_text()
+    raise AssertionError(f"the sample job did not finish within {timeout:.0f} s; its log ends:\n{log[-2000:]}")
 
 
 @pytest.mark.parametrize("kind", FLAGSHIPS)

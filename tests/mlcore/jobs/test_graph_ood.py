@@ -45,7 +45,6 @@ def test_an_uploaded_graph_file_runs_and_usage_falls_back_to_labels(tmp_path):
     doc = to_json(generate_motif_graphs(shift="size", n_graphs=90, seed=2))
     for graph in doc["graphs"]:
         del graph["motif"]
-    doc["motifs"] = []
     del doc["motifs"]
     upload = tmp_path / "mine.json"
     upload.write_text(json.dumps(doc))
@@ -59,8 +58,13 @@ def test_an_uploaded_graph_file_runs_and_usage_falls_back_to_labels(tmp_path):
     }
 
 
-def test_a_built_in_graph_dataset_can_be_picked(tmp_path):
-    outcome, ctx = run({"dataset": "zoo:motif-basis", "methods": "erm", "epochs": 1}, cache=tmp_path)
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("builtin")
+
+
+def test_a_built_in_graph_dataset_can_be_picked(cache):
+    outcome, ctx = run({"dataset": "zoo:motif-basis", "methods": "erm", "epochs": 1}, cache=cache)
     assert outcome.status == "succeeded", outcome.traceback
     assert "2500 graphs" in ctx.lines[0]
 
@@ -83,9 +87,9 @@ def test_a_malformed_graph_file_fails_naming_the_graph_and_the_field(tmp_path):
     assert not ctx.artifacts
 
 
-def test_a_dataset_and_an_upload_together_are_refused(tmp_path):
+def test_a_dataset_and_an_upload_together_are_refused(tmp_path, cache):
     upload = write_graphs(generate_motif_graphs(n_graphs=60), tmp_path / "g.json")
-    outcome, _ = run({"dataset": "zoo:motif-size", "methods": "erm"}, {"graphs_file": [upload]}, cache=tmp_path)
+    outcome, _ = run({"dataset": "zoo:motif-basis", "methods": "erm"}, {"graphs_file": [upload]}, cache=cache)
     assert outcome.status == "failed" and "not both" in outcome.error
 
 

@@ -91,3 +91,13 @@ def test_a_model_folder_that_is_not_a_segmenter_is_refused(tmp_path):
 def test_without_a_cloud_or_a_scene_it_says_what_to_give(segmenter):
     outcome, _ = run({"model": str(segmenter)})
     assert outcome.status == "failed" and "Upload a point cloud" in outcome.error
+
+
+def test_the_try_with_a_sample_button_segments_the_sample_room_with_the_zoo_point_moe():
+    outcome, ctx = run(dict(get_kind("pointcloud-segment").spec.sample))
+    assert outcome.status == "succeeded", outcome.traceback
+    scalars = ctx.metrics.scalars
+    assert scalars["grid_m"] == 0.04 and scalars["chunks"] == 1
+    # The zoo model was trained on rooms like this one (dataset A): far better than chance.
+    assert scalars["miou_vs_file_labels"] > 0.4 and scalars["accuracy_vs_file_labels"] > 0.6
+    assert scalars["count_floor"] > 0 and scalars["count_wall"] > 0

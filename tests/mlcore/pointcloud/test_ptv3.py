@@ -101,5 +101,5 @@ def test_a_few_steps_of_training_lower_the_loss():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]

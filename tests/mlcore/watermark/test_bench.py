@@ -11,7 +11,7 @@ from tests.mlcore.watermark.tiny import write_bundle
 def test_the_benchmark_writes_targets_the_lambda_curve_attacks_and_calibration(tmp_path, monkeypatch):
     folder = write_bundle(tmp_path / "bundle")
     tiny = bench.Tier(
-        seeds=(0, 1), clean=1000, watermarked=8, keys=2, averaging=(5,), query_images=2, query_budget=20,
+        seeds=(0, 1), clean=200, watermarked=8, keys=2, averaging=(5,), query_images=2, query_budget=20,
         baseline_clean=50, lambdas=(0.0, 4.0), lambda_steps=2, lambda_images=8, attacks=("jpeg-50", "crop-0.7"),
     )  # fmt: skip
     monkeypatch.setitem(bench.TIERS, "quick", tiny)

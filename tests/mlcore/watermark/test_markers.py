@@ -117,3 +117,12 @@ def test_markers_round_trip_through_save_pretrained(tmp_path, vae_and_markers):
     loaded.attach(fresh)
     with loaded.keyed(key):
         assert torch.allclose(fresh.decode(z).sample, expected, atol=1e-6)
+
+
+def test_bitwise_initialisation_gives_each_key_bit_one_signed_direction():
+    markers = Markers.for_vae(tiny_vae(), num_adapters=16, rank=2, init_scale=1.0, bitwise_init=True)
+    up, down = markers.up[0].detach(), markers.down[0].detach()
+    assert torch.equal(down[0], down[15])  # one shared A per slot at the start
+    assert torch.allclose(up[0], -up[15])  # symbol 0000 and 1111: every sign flipped
+    # Symbols 0b1000 and 0b0000 differ in the first bit only: their difference is that bit's direction, twice.
+    assert torch.allclose((up[8] - up[0]) / 2, (up[15] - up[7]) / 2, atol=1e-6)
