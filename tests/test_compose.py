@@ -43,20 +43,22 @@ def option(argv: list[str], flag: str) -> str:
 
 def test_it_has_every_service_with_a_health_check(compose) -> None:
     services = compose["services"]
-    assert {"postgres", "redis", "web", "worker-gpu", "worker-cpu", "beat"} <= set(services)
+    assert {"postgres", "redis", "web", "worker-gpu", "worker-cpu", "worker-verify", "beat"} <= set(services)
     for name, service in services.items():
         assert service.get("healthcheck", {}).get("test"), f"{name} has no health check"
 
 
 def test_the_workers_split_the_queues_and_the_gpu_worker_reserves_one_gpu(compose) -> None:
-    gpu, cpu = compose["services"]["worker-gpu"], compose["services"]["worker-cpu"]
-    gpu_argv, cpu_argv = command_of(gpu), command_of(cpu)
+    services = compose["services"]
+    gpu, cpu, verify = services["worker-gpu"], services["worker-cpu"], services["worker-verify"]
+    gpu_argv, cpu_argv, verify_argv = command_of(gpu), command_of(cpu), command_of(verify)
     assert option(gpu_argv, "-Q") == "gpu" and option(gpu_argv, "-c") == "1" and option(gpu_argv, "-P") == "prefork"
-    assert option(cpu_argv, "-Q") == "cpu,verify"
+    # Portal checks have a worker of their own: a long CPU job never holds one up.
+    assert option(cpu_argv, "-Q") == "cpu" and option(verify_argv, "-Q") == "verify"
     (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
     assert "beat" in command_of(compose["services"]["beat"])
-    assert "-B" not in gpu_argv + cpu_argv  # exactly one beat, in its own service
+    assert "-B" not in gpu_argv + cpu_argv + verify_argv  # exactly one beat, in its own service
 
 
 def test_the_web_runs_gunicorn_and_the_broker_never_evicts(compose) -> None:
@@ -66,7 +68,7 @@ def test_the_web_runs_gunicorn_and_the_broker_never_evicts(compose) -> None:
 
 def test_stateful_services_keep_their_data_in_named_volumes(compose) -> None:
     declared = set(compose["volumes"])
-    for name in ("postgres", "redis", "web", "worker-gpu", "worker-cpu", "beat"):
+    for name in ("postgres", "redis", "web", "worker-gpu", "worker-cpu", "worker-verify", "beat"):
         mounts = [m.split(":")[0] for m in compose["services"][name].get("volumes", [])]
         assert mounts and set(mounts) <= declared, f"{name} mounts {mounts}"
 
@@ -155,7 +157,7 @@ def test_the_web_command_migrates_serves_and_passes_its_health_check(compose, sm
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["worker-gpu", "worker-cpu"])
+@pytest.mark.parametrize("name", ["worker-gpu", "worker-cpu", "worker-verify"])
 def test_each_worker_command_starts_and_answers_its_health_check(compose, smoke_env, tmp_path, name) -> None:
     service = compose["services"][name]
     # The service's own settings (e.g. CUDA_VISIBLE_DEVICES), with the servers swapped for the local ones.

@@ -173,6 +173,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "processed_folder": str(BROKER_DIR / "processed"),
         "store_processed": False,
         "control_folder": str(BROKER_DIR / "control"),
+        # Kombu polls the folder once a second by default: most of a portal check's wait on the
+        # embedded default. A tenth of a second costs a directory listing per poll.
+        "polling_interval": 0.1,
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {}

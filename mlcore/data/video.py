@@ -3,7 +3,8 @@
 A scikit-learn ``load_digits`` glyph (8×8, 1797 of them, shipped with the package) moves across a
 square canvas in one of four directions at 1–2 pixels per frame and bounces off the walls (never on
 the first step, so the motion is visible between the first two frames). Each clip carries two
-labels: the **digit** (0–9) and the **initial direction** (right, left, down, up). Clips are single-channel, in [−1, 1] (background −1), shaped [frames, size, size].
+labels: the **digit** (0–9) and the **initial direction** (right, left, down, up). Clips are
+single-channel, in [−1, 1] (background −1), shaped [frames, size, size].
 
 The glyphs are split by index into a training part (the first 1500) and a held-out part (the
 rest), so the judging classifier and the held-out losses never see a training glyph. Every clip

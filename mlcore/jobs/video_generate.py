@@ -41,18 +41,26 @@ def _estimate(p: dict[str, Any]) -> Estimate:
 spec = JobSpec(
     name="video-generate",
     title="Generate a video with MoGA attention",
-    summary="Sample short clips of a digit moving in a direction from a video DiT; compare full, MoGA and local attention.",
+    summary="Sample clips of a digit moving in a direction from a video DiT with full, MoGA or local attention.",
     version=1,
     queue="gpu",
     soft_time_limit=1800,
     time_limit=1900,
     params=(
-        Model(name="model", accepts=("video-dit",), default="zoo:video-dit-digits", help="The video DiT to sample from."),
+        Model(
+            name="model", accepts=("video-dit",), default="zoo:video-dit-digits", help="The video DiT to sample from."
+        ),
         Int(name="digit", default=3, min=0, max=9, help="The condition: which digit moves."),
         Choice(name="direction", default="right", options=DIRECTIONS, help="The condition: where it starts moving."),
         Int(name="clips", default=4, min=1, max=16, help="Clips to sample (one noise seed each)."),
         Int(name="frames", default=8, min=1, max=256, help="Frames per clip (the zoo model was trained on 8)."),
-        Int(name="resolution", default=16, min=8, max=256, help="Height = width in pixels, a multiple of 4 (trained: 16)."),
+        Int(
+            name="resolution",
+            default=16,
+            min=8,
+            max=256,
+            help="Height = width in pixels, a multiple of 4 (trained: 16).",
+        ),
         Int(name="steps", default=20, min=1, max=200, help="Euler sampling steps (flow matching)."),
         Float(name="guidance", default=3.0, min=1.0, max=20.0, help="Classifier-free guidance scale (1 = off)."),
         Choice(
@@ -149,7 +157,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     if need > MAX_MEMORY_BYTES:
         raise JobError(
             f"{params['clips']} clips of {params['frames']} frames at {params['resolution']}² need about "
-            f"{need / 2**30:.1f} GiB with {params['attention']} attention; the limit is {MAX_MEMORY_BYTES / 2**30:.0f} GiB. "
+            f"{need / 2**30:.1f} GiB with {params['attention']} attention; "
+            f"the limit is {MAX_MEMORY_BYTES / 2**30:.0f} GiB. "
             "Use fewer clips, frames or pixels, or local attention."
         )
     digit, direction = params["digit"], DIRECTIONS.index(params["direction"])
@@ -184,9 +193,17 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     started = time.perf_counter()
     last[0] = started
     clips = generate(
-        model, digits, directions, frames=params["frames"], size=params["resolution"], steps=params["steps"],
-        guidance=params["guidance"], seed=params["seed"], attention=params["attention"], on_step=on_step,
-    )  # fmt: skip
+        model,
+        digits,
+        directions,
+        frames=params["frames"],
+        size=params["resolution"],
+        steps=params["steps"],
+        guidance=params["guidance"],
+        seed=params["seed"],
+        attention=params["attention"],
+        on_step=on_step,
+    )
     record_step()
     seconds = time.perf_counter() - started
     clips_np = clips[:, 0].cpu().numpy()  # [n, F, H, W]
@@ -219,7 +236,10 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         f"guidance {params['guidance']:g}: {seconds:.1f} s ({metrics['seconds_per_step']:.2f} s/step)"
     )
     if "recognised" in verdict:
-        summary += f"; the judge recognises {verdict['recognised']:.0%} (digit {verdict['digit_recognised']:.0%}, direction {verdict['direction_recognised']:.0%})"
+        summary += (
+            f"; the judge recognises {verdict['recognised']:.0%} (digit {verdict['digit_recognised']:.0%}, "
+            f"direction {verdict['direction_recognised']:.0%})"
+        )
     if "flop_fraction" in metrics:
         summary += f"; MoGA computes {metrics['flop_fraction']:.0%} of full attention's score FLOPs"
     ctx.log(summary)
@@ -234,7 +254,11 @@ def _judge(clips: Any, digits: Any, directions: Any, params: dict[str, Any]) -> 
     from mlcore.video.classifier import judge
     from mlcore.video.zoo import CHECKPOINTS, load_judge
 
-    if params["frames"] != 8 or params["resolution"] != 16 or not (CHECKPOINTS / "video-judge" / "manifest.json").is_file():
+    if (
+        params["frames"] != 8
+        or params["resolution"] != 16
+        or not (CHECKPOINTS / "video-judge" / "manifest.json").is_file()
+    ):
         return {}
     result = judge(load_judge(), clips.cpu(), digits, directions)
     return {

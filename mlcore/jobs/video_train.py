@@ -64,7 +64,7 @@ def _estimate(p: dict[str, Any]) -> Estimate:
 spec = JobSpec(
     name="video-train",
     title="Train a video DiT (MoGA attention, MoE / ProMoE FFN)",
-    summary="Train a small class-conditional video diffusion transformer on bouncing digits with the attention and FFN you pick.",
+    summary="Train a small class-conditional video DiT on bouncing digits with the attention and FFN you pick.",
     version=1,
     queue="gpu",
     soft_time_limit=6 * 3600,
@@ -79,8 +79,16 @@ spec = JobSpec(
         Choice(name="attention", default="moga", options=ATTENTION, help="full, MoGA + local branches, or local only."),
         Choice(name="ffn", default="dense", options=FFN, help="dense MLP, DiT-MoE (top-2 + shared), or ProMoE."),
         Int(name="experts", default=8, min=2, max=64, help="Routed experts (moe / promoe)."),
-        Bool(name="conditional_routing", default=True, help="ProMoE: send null-class tokens to the unconditional expert."),
-        Float(name="contrastive_weight", default=1.0, min=0.0, max=10.0, help="ProMoE: routing contrastive loss weight (0 ablates it)."),
+        Bool(
+            name="conditional_routing", default=True, help="ProMoE: send null-class tokens to the unconditional expert."
+        ),
+        Float(
+            name="contrastive_weight",
+            default=1.0,
+            min=0.0,
+            max=10.0,
+            help="ProMoE: routing contrastive loss weight (0 ablates it).",
+        ),
         Int(name="groups", default=4, min=1, max=64, help="MoGA groups M."),
         Int(name="dim", default=64, min=16, max=1024, help="Transformer width."),
         Int(name="depth", default=4, min=1, max=24, help="Transformer blocks."),
@@ -90,7 +98,13 @@ spec = JobSpec(
         Int(name="steps", default=1000, min=1, max=200_000, help="Optimiser steps."),
         Int(name="batch_size", default=16, min=1, max=512, help="Clips per step."),
         Float(name="lr", default=1e-3, min=1e-6, max=1.0, help="AdamW learning rate (linear warm-up)."),
-        Int(name="sample_every", default=250, min=0, max=100_000, help="Sample clips and held-out loss every N steps (0: end only)."),
+        Int(
+            name="sample_every",
+            default=250,
+            min=0,
+            max=100_000,
+            help="Sample clips and held-out loss every N steps (0: end only).",
+        ),
         Seed(name="seed"),
     ),
     validate=_validate,
@@ -187,16 +201,25 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         model.token_grid(frames, size, size)
     except ValueError as exc:
         raise JobError(f"frames / resolution: {exc}.") from None
-    need = estimate_memory_bytes(config, batch=params["batch_size"], frames=frames, size=size, attention=params["attention"])
+    need = estimate_memory_bytes(
+        config, batch=params["batch_size"], frames=frames, size=size, attention=params["attention"]
+    )
     if need * config["depth"] * 1.5 > MAX_MEMORY_BYTES:
         raise JobError("This model, batch and clip size need more memory than a worker has; shrink one of them.")
     train_config = TrainConfig(
-        steps=params["steps"], batch_size=params["batch_size"], lr=params["lr"], warmup=min(100, params["steps"] // 10),
-        contrastive_weight=params["contrastive_weight"], frames=frames, size=size, seed=params["seed"],
+        steps=params["steps"],
+        batch_size=params["batch_size"],
+        lr=params["lr"],
+        warmup=min(100, params["steps"] // 10),
+        contrastive_weight=params["contrastive_weight"],
+        frames=frames,
+        size=size,
+        seed=params["seed"],
         attention_modes=(params["attention"],),
-    )  # fmt: skip
+    )
     ctx.log(
-        f"VideoDiT {config['ffn']} FFN, {config['attention']} attention, width {config['dim']}, depth {config['depth']}: "
+        f"VideoDiT {config['ffn']} FFN, {config['attention']} attention, "
+        f"width {config['dim']}, depth {config['depth']}: "
         f"{parameter_count(model):,} parameters ({activated_ffn_parameters(model):,} activated FFN); "
         f"{frames} frames of {size}², {int(torch.tensor(model.token_grid(frames, size, size)).prod())} tokens"
         + (" (fine-tuning)" if "init" in inputs else "")
@@ -212,10 +235,21 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         ctx.metric("heldout_rf_loss", held["mean"], step=step)
         heldout_rows.append({"step": step, "loss": held["mean"]})
         ctx.chart("heldout_rf_loss", _line("Held-out RF loss (fixed t grid)", heldout_rows, "loss", "Velocity MSE"))
-        clips = generate(
-            model, sample_digits, sample_directions, frames=frames, size=size, steps=16, guidance=3.0, seed=0,
-            attention=params["attention"],
-        )[:, 0].cpu().numpy()  # fmt: skip
+        clips = (
+            generate(
+                model,
+                sample_digits,
+                sample_directions,
+                frames=frames,
+                size=size,
+                steps=16,
+                guidance=3.0,
+                seed=0,
+                attention=params["attention"],
+            )[:, 0]
+            .cpu()
+            .numpy()
+        )
         write_strip(clips, ctx.workdir / f"samples-{step:06d}.png", scale=max(1, 48 // size))
         ctx.artifact(f"samples at step {step}.png", ctx.workdir / f"samples-{step:06d}.png", "image/png")
         write_gif(clips[0], ctx.workdir / f"sample-{step:06d}.gif", scale=max(2, 96 // size))
@@ -224,7 +258,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
 
     def on_step(state: Any) -> None:
         ctx.raise_if_cancelled()
-        step, rf, aux = state.losses[-1]
+        _, rf, aux = state.losses[-1]
         ctx.metric("rf_loss", rf, step=state.step)
         ctx.metric("aux_loss", aux, step=state.step)
         every = max(1, params["steps"] // 200)
@@ -248,9 +282,13 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     folder = ctx.workdir / "video-dit"
     model.save_pretrained(folder)
     card = {
-        "ffn": config["ffn"], "attention": config["attention"], "frames": frames, "resolution": size,
-        "steps": state.step, "heldout_rf_loss": heldout_rows[-1]["loss"],
-    }  # fmt: skip
+        "ffn": config["ffn"],
+        "attention": config["attention"],
+        "frames": frames,
+        "resolution": size,
+        "steps": state.step,
+        "heldout_rf_loss": heldout_rows[-1]["loss"],
+    }
     (folder / "card.json").write_text(json.dumps(card, indent=1))
     ctx.artifact("video-dit", folder)
     ctx.register("video-dit", folder, card)
@@ -265,7 +303,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     for key, value in metrics.items():
         ctx.metric(key, value)
     ctx.log(
-        f"{state.step} steps: training RF loss {metrics['final_rf_loss']:.4f}, held-out {metrics['heldout_rf_loss']:.4f}; "
+        f"{state.step} steps: training RF loss {metrics['final_rf_loss']:.4f}, "
+        f"held-out {metrics['heldout_rf_loss']:.4f}; "
         f"model registered as a video-dit"
     )
     ctx.progress(1.0, "done")
@@ -282,13 +321,20 @@ def _routing_charts(ctx: JobContext, model: Any, frames: int, size: int, attenti
     x = torch.from_numpy(data.clips).unsqueeze(1).to(model.device)
     aux = aux_type()
     with torch.no_grad():
-        model(x, torch.full((16,), 0.5, device=x.device), torch.from_numpy(data.digits).to(x.device),
-              torch.from_numpy(data.directions).to(x.device), aux=aux)  # fmt: skip
+        model(
+            x,
+            torch.full((16,), 0.5, device=x.device),
+            torch.from_numpy(data.digits).to(x.device),
+            torch.from_numpy(data.directions).to(x.device),
+            aux=aux,
+        )
     if attention == "moga":
         rows = []
         for layer, block in enumerate(model.attention_layers()):
             if block.last_stats is not None:
-                rows += [{"layer": layer, "index": g, "tokens": int(n)} for g, n in enumerate(block.last_stats.group_sizes())]
+                rows += [
+                    {"layer": layer, "index": g, "tokens": int(n)} for g, n in enumerate(block.last_stats.group_sizes())
+                ]
                 ctx.metric(f"flop_fraction_layer{layer}", block.last_stats.flop_fraction())
         ctx.chart("group_sizes", _usage_chart("Tokens per MoGA group (one held-out batch)", rows, "Group"))
     if aux.routings:

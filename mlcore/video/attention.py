@@ -142,7 +142,7 @@ class VideoAttention(nn.Module):
     def forward(self, x: Tensor, grid: Grid, *, mode: AttentionMode | None = None) -> Tensor:
         """x [B, N, dim] with N = f·h·w tokens in frame-major order → [B, N, dim]."""
         B, N, _ = x.shape
-        if N != grid[0] * grid[1] * grid[2]:
+        if grid[0] * grid[1] * grid[2] != N:
             raise ValueError(f"got {N} tokens for a grid {grid} of {grid[0] * grid[1] * grid[2]}")
         mode = mode or self.mode
         q, k, v = self.qkv(x).reshape(B, N, 3, self.heads, -1).permute(2, 0, 3, 1, 4)

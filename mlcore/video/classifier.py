@@ -73,7 +73,9 @@ def judge(model: ClipClassifier, clips: Tensor, digits: Tensor, directions: Tens
         m_hits.append(m_logits.argmax(-1) == directions[start : start + batch])
     d, m = torch.cat(d_hits), torch.cat(m_hits)
     static = bool(model.config.static)
-    return Judgement(float(d.float().mean()), 1.0 if static else float(m.float().mean()), float((d & (m | static)).float().mean()))
+    return Judgement(
+        float(d.float().mean()), 1.0 if static else float(m.float().mean()), float((d & (m | static)).float().mean())
+    )
 
 
 @torch.no_grad()
@@ -105,7 +107,9 @@ def train_classifier(
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=lr, total_steps=steps, pct_start=0.1)
     for step in range(steps):
-        data = bouncing_digits(batch, frames=frames, size=size, split="train", seed=seed * 1_000_003 + step, static=static)
+        data = bouncing_digits(
+            batch, frames=frames, size=size, split="train", seed=seed * 1_000_003 + step, static=static
+        )
         x = as_batch(data.clips)
         # Augment (a per-clip ink gain, pixel noise) so the judge generalises to unseen writers and to
         # the slightly soft, noisy strokes a generator draws rather than memorising 1500 glyphs.

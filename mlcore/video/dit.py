@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from diffusers.configuration_utils import ConfigMixin, register_to_config
@@ -95,15 +95,25 @@ class FeedForward(nn.Module):
         elif kind == "moe":
             router = TopKSoftmaxRouter(dim, num_experts, 2)
             self.moe = MoELayer(
-                dim, width // 4, router=router, activation="gelu", gated=False, num_shared_experts=1,
+                dim,
+                width // 4,
+                router=router,
+                activation="gelu",
+                gated=False,
+                num_shared_experts=1,
                 shared_intermediate=width // 2,
-            )  # fmt: skip
+            )
         else:
             router = PrototypeRouter(dim, num_experts, 1, unconditional=promoe_conditional)
             self.moe = MoELayer(
-                dim, width // 2, router=router, activation="gelu", gated=False, num_shared_experts=1,
+                dim,
+                width // 2,
+                router=router,
+                activation="gelu",
+                gated=False,
+                num_shared_experts=1,
                 shared_intermediate=width // 2,
-            )  # fmt: skip
+            )
         self.conditional = kind == "promoe" and promoe_conditional
 
     def forward(self, x: Tensor, null: Tensor, aux: AuxLosses) -> Tensor:
@@ -209,7 +219,9 @@ class VideoDiT(ModelMixin, ConfigMixin):
     def token_grid(self, frames: int, height: int, width: int) -> Grid:
         pt, ph, pw = self.patch
         if frames % pt or height % ph or width % pw:
-            raise ValueError(f"frames×height×width {frames}×{height}×{width} must be divisible by the patch {self.patch}")
+            raise ValueError(
+                f"frames×height×width {frames}×{height}×{width} must be divisible by the patch {self.patch}"
+            )
         return frames // pt, height // ph, width // pw
 
     def patchify(self, x: Tensor) -> Tensor:
@@ -243,7 +255,11 @@ class VideoDiT(ModelMixin, ConfigMixin):
         grid = self.token_grid(*x.shape[2:])
         dim = int(self.config.dim)
         tokens = self.embed(self.patchify(x)) + grid_positions(grid, dim, x.device).to(x.dtype)
-        c = self.time_mlp(sincos(t * 1000.0, dim).to(x.dtype)) + self.digit_embed(digit) + self.direction_embed(direction)
+        c = (
+            self.time_mlp(sincos(t * 1000.0, dim).to(x.dtype))
+            + self.digit_embed(digit)
+            + self.direction_embed(direction)
+        )
         null = digit == self.null_digit
         for block in self.blocks:
             tokens = block(tokens, c, grid, null, aux, attention)
@@ -268,6 +284,10 @@ def activated_ffn_parameters(model: VideoDiT) -> int:
             continue
         moe = ffn.moe
         per_expert = moe.gate_up_proj[0].numel() + moe.down_proj[0].numel()
-        shared = (moe.shared_gate_up_proj.numel() + moe.shared_down_proj.numel()) if moe.shared_gate_up_proj is not None else 0
+        shared = (
+            (moe.shared_gate_up_proj.numel() + moe.shared_down_proj.numel())
+            if moe.shared_gate_up_proj is not None
+            else 0
+        )
         total += moe.top_k * per_expert + shared
     return total

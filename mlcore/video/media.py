@@ -63,9 +63,7 @@ def write_strip(clips: np.ndarray, path: Path, *, scale: int = 4, gap: int = 2) 
     """Rows = clips, columns = frames, on a mid-grey background."""
     rows = [to_uint8(clip, scale) for clip in clips]
     frames, height, width = rows[0].shape[:3]
-    canvas = np.full(
-        (len(rows) * (height + gap) + gap, frames * (width + gap) + gap, 3), 128, dtype=np.uint8
-    )
+    canvas = np.full((len(rows) * (height + gap) + gap, frames * (width + gap) + gap, 3), 128, dtype=np.uint8)
     for r, row in enumerate(rows):
         for f in range(frames):
             y, x = gap + r * (height + gap), gap + f * (width + gap)

@@ -160,11 +160,18 @@ def make_optimiser(model: VideoDiT, config: TrainConfig) -> torch.optim.Optimize
     return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.99))
 
 
-def save_state(path: Path, model: VideoDiT, optimiser: torch.optim.Optimizer, state: TrainState, config: TrainConfig) -> None:
+def save_state(
+    path: Path, model: VideoDiT, optimiser: torch.optim.Optimizer, state: TrainState, config: TrainConfig
+) -> None:
     """A resumable training state, written atomically (a crash mid-write keeps the previous one)."""
     tmp = path.with_suffix(".tmp")
     torch.save(
-        {"model": model.state_dict(), "optimiser": optimiser.state_dict(), "state": asdict(state), "config": asdict(config)},
+        {
+            "model": model.state_dict(),
+            "optimiser": optimiser.state_dict(),
+            "state": asdict(state),
+            "config": asdict(config),
+        },
         tmp,
     )
     tmp.replace(path)
@@ -202,9 +209,14 @@ def heldout_loss(
             t = torch.full((len(x0[s : s + batch]),), t_value)
             losses.append(
                 rectified_flow_loss(
-                    model, x0[s : s + batch], digits[s : s + batch], directions[s : s + batch], t,
-                    noise[s : s + batch], attention=attention,
-                )  # fmt: skip
+                    model,
+                    x0[s : s + batch],
+                    digits[s : s + batch],
+                    directions[s : s + batch],
+                    t,
+                    noise[s : s + batch],
+                    attention=attention,
+                )
             )
         result[f"t={t_value:g}"] = float(torch.cat(losses).mean())
     result["mean"] = float(np.mean([result[f"t={t:g}"] for t in HELDOUT_T]))
@@ -250,9 +262,12 @@ def generate(
             v = model(x, t, digits, directions, attention=attention)
         else:
             both = model(
-                torch.cat([x, x]), torch.cat([t, t]), torch.cat([digits, null_digits]),
-                torch.cat([directions, null_directions]), attention=attention,
-            )  # fmt: skip
+                torch.cat([x, x]),
+                torch.cat([t, t]),
+                torch.cat([digits, null_digits]),
+                torch.cat([directions, null_directions]),
+                attention=attention,
+            )
             v_cond, v_null = both.chunk(2)
             v = v_null + guidance * (v_cond - v_null)
         x = scheduler.step(v, timestep, x).prev_sample

@@ -32,10 +32,19 @@ class VideoDiTRecipe:
     title: str = "Bouncing-digits video DiT (8 frames of 16×16, class = digit × direction)"
     model: dict[str, Any] = field(
         default_factory=lambda: {
-            "patch_size": (1, 4, 4), "dim": 64, "depth": 4, "heads": 4, "ffn_width": 256, "ffn": "dense",
-            "attention": "moga", "num_groups": 4, "window": (4, 2, 2), "sample_frames": 8, "sample_size": 16,
+            "patch_size": (1, 4, 4),
+            "dim": 64,
+            "depth": 4,
+            "heads": 4,
+            "ffn_width": 256,
+            "ffn": "dense",
+            "attention": "moga",
+            "num_groups": 4,
+            "window": (4, 2, 2),
+            "sample_frames": 8,
+            "sample_size": 16,
         }
-    )  # fmt: skip
+    )
     steps: int = 8000
     batch_size: int = 16
     lr: float = 1e-3
@@ -138,7 +147,9 @@ def load_dit(folder: Path) -> Any:
     return VideoDiT.from_pretrained(folder).to(torch.float32).eval()
 
 
-def grade(model: Any, judge: Any, *, per_class: int, steps: int, guidance: float, seed: int = 0, attention: str | None = None) -> dict[str, float]:
+def grade(
+    model: Any, judge: Any, *, per_class: int, steps: int, guidance: float, seed: int = 0, attention: str | None = None
+) -> dict[str, float]:
     """Generate ``per_class`` clips for each (digit, direction) and let the judge name them."""
     import torch
 
@@ -150,15 +161,29 @@ def grade(model: Any, judge: Any, *, per_class: int, steps: int, guidance: float
     directions = torch.arange(len(DIRECTIONS)).repeat_interleave(per_class).repeat(NUM_DIGITS)
     clips = torch.cat(
         [
-            generate(model, digits[s : s + 40], directions[s : s + 40], steps=steps, guidance=guidance, seed=seed + s, attention=attention)  # type: ignore[arg-type]
+            generate(
+                model,
+                digits[s : s + 40],
+                directions[s : s + 40],
+                steps=steps,
+                guidance=guidance,
+                seed=seed + s,
+                attention=attention,
+            )  # type: ignore[arg-type]
             for s in range(0, len(digits), 40)
         ]
     )
     result = run_judge(judge, clips, digits, directions)
-    return {"digit_accuracy": result.digit_accuracy, "direction_accuracy": result.direction_accuracy, "accuracy": result.accuracy}
+    return {
+        "digit_accuracy": result.digit_accuracy,
+        "direction_accuracy": result.direction_accuracy,
+        "accuracy": result.accuracy,
+    }
 
 
-def train_dit(recipe: VideoDiTRecipe, target: Path, workdir: Path, *, cpu_minutes: float | None = None) -> dict[str, Any]:
+def train_dit(
+    recipe: VideoDiTRecipe, target: Path, workdir: Path, *, cpu_minutes: float | None = None
+) -> dict[str, Any]:
     import torch
 
     from mlcore.video.dit import VideoDiT
@@ -168,9 +193,13 @@ def train_dit(recipe: VideoDiTRecipe, target: Path, workdir: Path, *, cpu_minute
     torch.manual_seed(recipe.seed)
     model = VideoDiT(**recipe.model)
     config = TrainConfig(
-        steps=recipe.steps, batch_size=recipe.batch_size, lr=recipe.lr, warmup=recipe.warmup,
-        attention_modes=recipe.attention_modes, seed=recipe.seed,
-    )  # fmt: skip
+        steps=recipe.steps,
+        batch_size=recipe.batch_size,
+        lr=recipe.lr,
+        warmup=recipe.warmup,
+        attention_modes=recipe.attention_modes,
+        seed=recipe.seed,
+    )
     optimiser = make_optimiser(model, config)
     state_path = workdir / "state.pt"
     state = load_state(state_path, model, optimiser) if state_path.exists() else None
@@ -191,16 +220,22 @@ def train_dit(recipe: VideoDiTRecipe, target: Path, workdir: Path, *, cpu_minute
             print(json.dumps(entry), flush=True)
             save_state(state_path, model, optimiser, state, config)
 
-    state = train(model, config, state=state, optimiser=optimiser, on_step=on_step, should_stop=lambda s: s.cpu_seconds >= budget)
+    state = train(
+        model, config, state=state, optimiser=optimiser, on_step=on_step, should_stop=lambda s: s.cpu_seconds >= budget
+    )
     save_state(state_path, model, optimiser, state, config)
     judge = load_judge()
     metrics: dict[str, Any] = {"steps": state.step, "cpu_seconds": round(state.cpu_seconds, 1)}
     for mode in ("full", "moga", "local"):
         metrics[f"heldout_rf_loss_{mode}"] = round(heldout_loss(model, attention=mode)["mean"], 5)  # type: ignore[arg-type]
         metrics[f"generated_{mode}"] = grade(
-            model, judge, per_class=recipe.eval_clips_per_class, steps=recipe.eval_steps, guidance=recipe.eval_guidance,
+            model,
+            judge,
+            per_class=recipe.eval_clips_per_class,
+            steps=recipe.eval_steps,
+            guidance=recipe.eval_guidance,
             attention=mode,
-        )  # fmt: skip
+        )
         print(mode, metrics[f"heldout_rf_loss_{mode}"], metrics[f"generated_{mode}"], flush=True)
     if target.exists():
         shutil.rmtree(target)

@@ -89,7 +89,24 @@ def _reference_options(param: Param, team: Team | None) -> list[tuple[str, str]]
     library = (
         [] if team is None else [(i.reference, f"{i.name} ({i.kind}, library)") for i in picker_items(team, accepts)]
     )
-    return library + [(f"zoo:{i.name}", f"{i.title} ({i.kind})") for i in sorted(items, key=lambda i: i.title)]
+    builtin = [(f"zoo:{i.name}", f"{i.title} ({i.kind})") for i in sorted(items, key=lambda i: i.title)]
+    # The platform's keyring is not an item of anyone's library: it is every registered key, built
+    # for the worker by the resolver.
+    platform = (
+        [("keyring:platform", "Every registered key (the platform's keyring)")]
+        if "watermark-keyring" in accepts
+        else []
+    )
+    return platform + library + builtin
+
+
+def _key_options(team: Team | None) -> list[tuple[str, str]]:
+    """The team's active watermark keys (revoked keys cannot mark new images)."""
+    if team is None:
+        return []
+    from webapp.portal.selectors import keys_for_team
+
+    return [(key.reference, f"{key.name} ({key.num_bits} bits)") for key in keys_for_team(team).filter(revoked_at=None)]
 
 
 def _file_hint(param: File) -> tuple[str, str]:
@@ -125,9 +142,11 @@ def build_field(param: Param, value: Any, team: Team | None = None) -> FieldView
         view.widget = "textarea" if param.multiline else "text"
         view.attrs = {"maxlength": param.max_length}
     elif isinstance(param, Key):
-        # Watermark keys live in the team's key store (a later issue); until then the id is typed.
-        view.widget = "text"
-        view.attrs = {"placeholder": "key id"}
+        view.options = _key_options(team)
+        view.widget = "select" if view.options else "text"
+        if not view.options:
+            view.constraints = "your team has no active watermark key yet: create one under Keys"
+            view.attrs = {"placeholder": "key:ID"}
     elif isinstance(param, REFERENCE_TYPES):
         view.options = _reference_options(param, team)
         view.widget = "select" if view.options else "text"

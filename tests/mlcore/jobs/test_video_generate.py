@@ -36,7 +36,9 @@ def test_it_writes_a_browser_playable_mp4_a_gif_a_frame_strip_and_a_group_chart(
     outcome, ctx = run({"model": str(tiny_model), "attention": "moga"})
     assert outcome.status == "succeeded", outcome.traceback
     media = {name: a.media_type for name, a in ctx.artifacts.items()}
-    assert media["clips.mp4"] == "video/mp4" and media["preview.gif"] == "image/gif" and media["frames.png"] == "image/png"
+    assert (
+        media["clips.mp4"] == "video/mp4" and media["preview.gif"] == "image/gif" and media["frames.png"] == "image/png"
+    )
     assert probe_mp4(ctx.artifacts["clips.mp4"].path) == {"h264": "True", "yuv420p": "True", "faststart": "True"}
     rows = ctx.charts["tokens_per_group"]["data"]["values"]
     assert len(rows) == 2 * 3  # layers × groups, empty groups included

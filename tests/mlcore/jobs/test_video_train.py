@@ -7,9 +7,18 @@ from mlcore.jobs.runner import execute, prepare
 from mlcore.video.dit import VideoDiT
 
 FAST = {
-    "dim": 16, "depth": 1, "heads": 2, "experts": 3, "groups": 2, "frames": 4, "resolution": 8, "steps": 6,
-    "batch_size": 4, "sample_every": 3, "seed": 0,
-}  # fmt: skip
+    "dim": 16,
+    "depth": 1,
+    "heads": 2,
+    "experts": 3,
+    "groups": 2,
+    "frames": 4,
+    "resolution": 8,
+    "steps": 6,
+    "batch_size": 4,
+    "sample_every": 3,
+    "seed": 0,
+}
 
 
 def run(raw, ctx=None, kind="video-train"):
@@ -34,7 +43,7 @@ def test_it_trains_promoe_with_moga_and_registers_a_model_the_generate_job_can_s
     model = VideoDiT.from_pretrained(registration.path)
     assert model.config.attention == "moga" and model.config.num_experts == 3
 
-    generated, gen_ctx = run(
+    generated, _ = run(
         {"model": str(registration.path), "clips": 1, "frames": 4, "resolution": 8, "steps": 2, "seed": 0},
         kind="video-generate",
     )

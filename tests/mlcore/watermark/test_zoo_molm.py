@@ -1,4 +1,4 @@
-"""The committed ``molm-tiny`` checkpoint: verified, small, loadable, and it reads its own keys back."""
+"""The committed ``molm-tiny`` checkpoint: verified, small, loadable, and as good as its card says."""
 
 import json
 import shutil
@@ -32,7 +32,7 @@ def test_an_altered_file_is_reported_with_the_command_that_rebuilds_it(tmp_path,
         molm.build_molm_tiny(tmp_path / "target")
 
 
-def test_the_zoo_generator_reads_fresh_keys_back_from_its_own_images(tmp_path):
+def test_the_zoo_generator_reads_fresh_keys_as_well_as_its_card_records(tmp_path):
     from mlcore.watermark.calibration import bit_accuracy
     from mlcore.watermark.pipeline import decode_under_keys, load_bundle, read_bits
 
@@ -40,11 +40,13 @@ def test_the_zoo_generator_reads_fresh_keys_back_from_its_own_images(tmp_path):
     bundle = load_bundle(tmp_path, need_unet=True)
     card = json.loads((tmp_path / "card.json").read_text())
     assert bundle.num_bits == card["num_bits"] >= 48
-    latents = bundle.generator.sample_latents(32, seed=0, steps=5)
-    keys = bundle.markers.random_keys(32, torch.Generator().manual_seed(0))
+    latents = bundle.generator.sample_latents(64, seed=0, steps=5)
+    keys = bundle.markers.random_keys(64, torch.Generator().manual_seed(0))
     marked = decode_under_keys(bundle, latents, keys)
     clean = decode_under_keys(bundle, latents, None)
-    assert bit_accuracy(read_bits(bundle.extractor, marked), keys.numpy()) > 0.6  # far above chance (0.5)
+    # No regression against the figure the recipe recorded (held-out crops there, sampled latents here).
+    recorded = card["figures"]["bit_accuracy"]
+    assert bit_accuracy(read_bits(bundle.extractor, marked), keys.numpy()) >= recorded - 0.05
     # Unwatermarked images match a random key about half the time.
-    assert abs(bit_accuracy(read_bits(bundle.extractor, clean), keys.numpy()) - 0.5) < 0.1
+    assert abs(bit_accuracy(read_bits(bundle.extractor, clean), keys.numpy()) - 0.5) < 0.08
     assert np.abs(marked.astype(int) - clean).mean() > 0  # the mark is there
