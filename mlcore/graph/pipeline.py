@@ -10,7 +10,6 @@ the gate's non-zero weights per graph and the expert × motif usage matrix.
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Callable
@@ -163,16 +162,18 @@ def evaluate(
     truth: list[np.ndarray] = []
     gates: list[torch.Tensor] = []
     motif_ids: list[torch.Tensor] = []
+    device = next(model.parameters()).device
     for batch in DataLoader(graphs, batch_size=batch_size):
+        batch = batch.to(device)
         out = model(batch)
         correct += int((out.logits.argmax(-1) == batch.y).sum())
         total += batch.num_graphs
         if out.edge_score is not None:
-            scores.append(out.edge_score.numpy())
-            truth.append(batch.edge_gt.numpy())
+            scores.append(out.edge_score.cpu().numpy())
+            truth.append(batch.edge_gt.cpu().numpy())
         if out.gate is not None:
-            gates.append(out.gate)
-            motif_ids.append(batch.motif)
+            gates.append(out.gate.cpu())
+            motif_ids.append(batch.motif.cpu())
     metrics = SplitMetrics(accuracy=correct / max(total, 1), graphs=total)
     if scores:
         metrics.mask_auc = roc_auc(np.concatenate(scores), np.concatenate(truth))
@@ -194,6 +195,7 @@ def train_method(
     *,
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
+    device: torch.device | str = "cpu",
 ) -> MethodResult:
     """Train ``method`` on the ``train`` split, select on ``ood_val``, evaluate every split."""
     start = time.perf_counter()
@@ -203,7 +205,7 @@ def train_method(
     if not data.get("train"):
         raise ValueError("the graph set has no train split")
     select_on = "ood_val" if data.get("ood_val") else "id_val" if data.get("id_val") else "train"
-    model = build_model(method, config, graphset.num_classes)
+    model = build_model(method, config, graphset.num_classes).to(device)
     experts = config.experts if isinstance(model, SubgraphMoE) else None
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
     loader = DataLoader(
@@ -224,6 +226,7 @@ def train_method(
         for batch in loader:
             if batch.num_graphs < 2:
                 continue  # batch norm needs two graphs; a lone leftover graph is skipped
+            batch = batch.to(device)
             out = model(batch)
             loss, parts = model.loss(out, batch)
             optimiser.zero_grad()
@@ -242,7 +245,7 @@ def train_method(
         if on_epoch is not None:
             on_epoch(epoch, row)
         if epoch >= config.warmup_epochs and (best is None or val.accuracy > best[0]):
-            best = (val.accuracy, epoch, copy.deepcopy(model.state_dict()))
+            best = (val.accuracy, epoch, {k: v.detach().clone() for k, v in model.state_dict().items()})
     best_epoch = -1
     if best is not None:
         model.load_state_dict(best[2])

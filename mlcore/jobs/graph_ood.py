@@ -46,8 +46,9 @@ bright cell per row, different rows for different motifs) and 1–2 non-zero wei
 **The paper's claim.** OOD risk splits into a coverage term that diverse experts reduce and a
 selection term that a sparse gate reduces; the method is reported first on average on GOOD
 structural shifts. **What our benchmark measured** (`bench/results/graph.md`, small CPU-sized
-runs of a clean-room GOOD-Motif generator): see that page for the table and whether the claim
-reproduced; the full method is not uniformly better there.
+runs of a clean-room GOOD-Motif generator, ERM / GSAT-lite / the mixture with a softmax gate with
+and without diversity / the full method, several seeds) has the table and says whether the claim
+reproduced.
 
 **Uploads.** One JSON file: `{"format": "moelab-graphs", "version": 1, "graphs": [{"nodes": N,
 "edges": [[u, v], ...], "label": y, "split": "train"|"id_val"|"ood_val"|"ood_test",
@@ -341,7 +342,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
             done = (index + (epoch + 1) / config.epochs) / len(methods)
             ctx.progress(0.02 + 0.93 * done, f"{method}: epoch {epoch + 1} of {config.epochs}")
 
-        result = train_method(method, graphset, config, on_epoch=on_epoch)
+        result = train_method(method, graphset, config, on_epoch=on_epoch, device=ctx.device)
         results[method] = result
         test = result.splits.get("ood_test")
         auc = f", mask AUC {test.mask_auc:.3f}" if test and test.mask_auc is not None else ""

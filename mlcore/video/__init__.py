@@ -1,0 +1,1 @@
+"""MoGA attention, the video DiT (dense / DiT-MoE / ProMoE FFN), its pipeline, judge, media and zoo recipes."""

@@ -31,7 +31,10 @@ def _run(kind: str, raw: dict, inputs: dict, tmp_path):
 
 def test_generate_writes_new_pngs_under_the_key_and_checks_them(tmp_path, bundle_dir, key_file):
     metrics, ctx = _run(
-        "watermark-generate", {"count": 3, "steps": 2, "seed": 0, "key": "k1"}, {"model": bundle_dir, "key": key_file}, tmp_path
+        "watermark-generate",
+        {"count": 3, "steps": 2, "seed": 0, "key": "k1"},
+        {"model": bundle_dir, "key": key_file},
+        tmp_path,
     )
     pngs = sorted((tmp_path / "images").glob("*.png"))
     assert len(pngs) == 3
