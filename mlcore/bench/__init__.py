@@ -13,6 +13,7 @@ BENCHMARKS: dict[str, str] = {
     "distill": "mlcore.bench.distill",
     "mixture": "mlcore.bench.mixture",
     "routing": "mlcore.bench.routing",
+    "graph": "mlcore.bench.graph_ood",
     "watermark": "mlcore.bench.watermark",
     "watermark-latency": "mlcore.bench.watermark_latency",
     "video": "mlcore.bench.video",

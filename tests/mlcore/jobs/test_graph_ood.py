@@ -64,7 +64,9 @@ def cache(tmp_path_factory):
 
 
 def test_a_built_in_graph_dataset_can_be_picked(cache):
-    outcome, ctx = run({"dataset": "zoo:motif-basis", "methods": "erm", "epochs": 1}, cache=cache)
+    outcome, ctx = run(
+        {"dataset": "zoo:motif-basis", "methods": "erm", "epochs": 1, "hidden": 8, "batch_size": 512}, cache=cache
+    )
     assert outcome.status == "succeeded", outcome.traceback
     assert "2500 graphs" in ctx.lines[0]
 

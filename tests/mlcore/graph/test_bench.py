@@ -1,0 +1,49 @@
+import json
+
+from mlcore.bench import BENCHMARKS, graph_ood
+
+
+def record(method, seed, ood_test, nonzero=None):
+    split = {"accuracy": ood_test, "ceiling": 0.9, "mask_auc": 0.7, "gate_nonzero": nonzero, "usage": None}
+    if nonzero is not None:
+        split["usage"] = [[0.5, 0.5, 0.0, 0.0, 0.0, 0.0]] * 4
+    return {
+        "setting": "heterogeneous",
+        "method": method,
+        "seed": seed,
+        "seconds": 1.0,
+        "motifs": ["house", "cycle", "crane", "grid", "k4", "bowtie"],
+        "splits": {name: dict(split) for name in ("train", "id_val", "ood_val", "ood_test")},
+    }
+
+
+def test_the_graph_benchmark_is_registered():
+    assert BENCHMARKS["graph"] == "mlcore.bench.graph_ood"
+
+
+def test_the_section_reports_cached_runs_with_a_verdict_and_lists_missing_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(graph_ood, "CACHE", tmp_path)
+    runs = [record("erm", 0, 0.40), record("gsat", 0, 0.60), record("disco", 0, 0.50, nonzero=1.5)]
+    for run in runs:
+        graph_ood._cache_path("quick", "heterogeneous", run["method"], 0).write_text(json.dumps(run))
+    markdown, data = graph_ood.section("quick", run_missing=False)
+    assert "| disco | 1 | 0.500 |" in markdown
+    assert "beats erm and does not beat gsat; its gate keeps 1.50 of the experts per graph" in markdown
+    assert "| 0 | 0.50 | 0.50 | 0.00 |" in markdown  # the usage matrix
+    assert data["missing"] == [] and data["table"]["heterogeneous"]["gsat"]["ood_test"] == [0.6]
+
+
+def test_a_missing_run_is_named_rather_than_silently_dropped(tmp_path, monkeypatch):
+    monkeypatch.setattr(graph_ood, "CACHE", tmp_path)
+    markdown, data = graph_ood.section("quick", run_missing=False)
+    assert len(data["missing"]) == 3 and "heterogeneous/disco/seed 0" in markdown
+
+
+def test_changing_a_tier_changes_its_cache_names():
+    before = graph_ood._cache_path("quick", "basis", "erm", 0)
+    quick = graph_ood.TIERS["quick"]
+    try:
+        graph_ood.TIERS["quick"] = graph_ood.replace(quick, epochs=quick.epochs + 1)
+        assert graph_ood._cache_path("quick", "basis", "erm", 0) != before
+    finally:
+        graph_ood.TIERS["quick"] = quick
