@@ -70,8 +70,9 @@ def sparsity_loss(u: Tensor, lam: Tensor, k: int = 2) -> Tensor:
 
 class LambdaNet(nn.Module):
     """f in λ(x) = 0.99 + log σ(f(x)): one MLP shared by every layer and projection, with one input
-    head per input width (LD-MoLE's λ predictor). Hidden size 256 by default; output bias starts at −2.5,
-    so λ starts near 0.99 + log σ(−2.5) ≈ 0.91 and routing starts sparse."""
+    head per input width (LD-MoLE's λ predictor). Hidden size 256 by default; the output bias starts at
+    −2.5 as the card says, so λ starts near 0.99 + log σ(−2.5) ≈ −1.59: sparsemax sees u / 2.59, and
+    routing starts dense (several experts per token) until the sparsity loss pushes λ up."""
 
     def __init__(
         self,

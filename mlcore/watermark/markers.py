@@ -85,6 +85,7 @@ class Markers(ModelMixin, ConfigMixin):
         alpha: float = 1.0,
         init_scale: float = 0.0,
         bitwise_init: bool = False,
+        shift_scale: float | None = None,
     ) -> None:
         super().__init__()
         if num_adapters < 2 or num_adapters & (num_adapters - 1):
@@ -93,6 +94,10 @@ class Markers(ModelMixin, ConfigMixin):
             raise ValueError("give one in/out channel count per slot, and at least one slot")
         self.down = nn.ParameterList()
         self.up = nn.ParameterList()
+        # Optional per-adapter bias shifts b_{l,s} (P, C_out): the adapted convolution's bias, b + Δb_s,
+        # perturbed alongside its weight, W + B_s A_s. ``None`` (the default, and every checkpoint
+        # saved before) means no shift. See "Why a bias shift" in the module docstring.
+        self.shift = nn.ParameterList()
         bits = int(math.log2(num_adapters))
         # Symbol s's bits as ±1, most significant first: (P, log2 P).
         signs = symbols_to_bits(torch.arange(num_adapters)[:, None], bits) * 2 - 1
@@ -112,6 +117,11 @@ class Markers(ModelMixin, ConfigMixin):
                 up = torch.randn(num_adapters, cout, rank) * init_scale / math.sqrt(rank)
             self.down.append(nn.Parameter(down))
             self.up.append(nn.Parameter(up.contiguous()))
+            if shift_scale is not None:
+                # The same ±-per-bit structure as ``bitwise_init``: flipping key bit j of this slot
+                # flips the sign of one content-independent shift direction E_j.
+                shift_dirs = torch.randn(bits, cout) * shift_scale / math.sqrt(bits)
+                self.shift.append(nn.Parameter(torch.einsum("pb,bo->po", signs, shift_dirs).contiguous()))
         self._symbols: torch.Tensor | None = None
         self._handles: list[Any] = []
 
@@ -146,7 +156,10 @@ class Markers(ModelMixin, ConfigMixin):
         a = self.down[slot][symbols].to(x.dtype)  # (B, r, C_in)
         b = self.up[slot][symbols].to(x.dtype)  # (B, C_out, r)
         h = torch.einsum("bchw,brc->brhw", x, a)
-        return self.config.alpha * torch.einsum("brhw,bor->bohw", h, b)
+        delta = torch.einsum("brhw,bor->bohw", h, b)
+        if len(self.shift):
+            delta = delta + self.shift[slot][symbols].to(x.dtype)[:, :, None, None]
+        return self.config.alpha * delta
 
     def attach(self, vae: nn.Module) -> None:
         """Hook every routed convolution of ``vae``; idle until :meth:`keyed` sets a key."""

@@ -43,6 +43,7 @@ class MolmConfig:
     alpha: float = 1.0
     init_scale: float = 0.3  # B's initial scale (the paper: 0); see Markers
     bitwise_init: bool = True  # one ±direction per key bit at initialisation; see Markers
+    shift_scale: float | None = None  # per-adapter bias shifts (content-independent part); see Markers
     steps: int = 900
     batch_size: int = 16
     lr_markers: float = 3e-3
@@ -144,6 +145,7 @@ def train_molm(
             alpha=config.alpha,
             init_scale=config.init_scale,
             bitwise_init=config.bitwise_init,
+            shift_scale=config.shift_scale,
         )
     markers.attach(generator.vae)
     if extractor is None:
