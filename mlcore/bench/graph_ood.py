@@ -162,8 +162,17 @@ def _verdict(table: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
             + (f"beats {', '.join(beaten)}" if beaten else "beats neither ERM nor GSAT-lite")
             + (f" and does not beat {', '.join(others)}" if beaten and others else "")
             + (f"; its gate keeps {statistics.fmean(nonzero):.2f} of the experts per graph" if nonzero else "")
+            + (" (the card expects 1–2)" if nonzero and statistics.fmean(nonzero) > 2 else "")
             + "."
         )
+        usage = rows["disco"]["usage"]
+        if usage:
+            # Specialisation: how far an expert's weight moves between motifs (0 = the same on all).
+            spread = statistics.fmean(max(max(row) - min(row) for row in matrix) for matrix in usage)
+            lines.append(
+                f"  Largest per-expert spread of gate weight across motifs: {spread:.2f} "
+                + ("(experts specialise by motif)." if spread >= 0.2 else "(the experts do not specialise by motif).")
+            )
     return lines
 
 
@@ -234,6 +243,12 @@ def section(tier: str, *, run_missing: bool = True) -> tuple[str, dict[str, Any]
 
 def run(tier: str, results: Path, *, run_missing: bool = True) -> None:
     markdown, data = section(tier, run_missing=run_missing)
+    if tier == "full":
+        # Keep the quick tier's table beside the full one when it has been run.
+        quick_markdown, quick_data = section("quick", run_missing=False)
+        if not quick_data["missing"]:
+            markdown += "\n" + quick_markdown.replace("## MoE for graph OOD", "## Quick tier: MoE for graph OOD", 1)
+            data["quick"] = quick_data
     write_results(results, "graph", "# Graph OOD: diverse subgraph experts (issue 11)\n\n" + markdown, data)
 
 

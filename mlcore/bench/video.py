@@ -83,7 +83,7 @@ def _zoo_model() -> tuple[Any, bool]:
 
     folder = CHECKPOINTS / "video-dit-digits"
     if (folder / "manifest.json").is_file():
-        return VideoDiT.from_pretrained(folder).to(torch.float32).eval(), True
+        return VideoDiT.from_pretrained(folder, torch_dtype=torch.float32).eval(), True
     torch.manual_seed(0)
     return VideoDiT(**SMALL, attention="moga").eval(), False
 
@@ -162,7 +162,7 @@ def _judge(static: bool, steps: int) -> Any:
     folder = CACHE / f"judge-{'static' if static else 'clips'}-{steps}"
     if (folder / "config.json").is_file():
         info = json.loads((folder / "judgement.json").read_text())
-        return ClipClassifier.from_pretrained(folder).to(torch.float32).eval(), info
+        return ClipClassifier.from_pretrained(folder, torch_dtype=torch.float32).eval(), info
     frames = 1 if static else 8
     model, result = train_classifier(frames=frames, static=static, steps=steps, seed=0)
     model.save_pretrained(folder)

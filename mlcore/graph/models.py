@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+from torch_geometric.data import Batch
 from torch_geometric.nn import global_mean_pool
 from torch_geometric.utils import scatter
 
@@ -55,11 +56,11 @@ class ERM(nn.Module):
         self.encoder = GIN(1, hidden, layers)
         self.head = nn.Linear(hidden, classes)
 
-    def forward(self, batch: object) -> GraphOutput:
+    def forward(self, batch: Batch) -> GraphOutput:
         h = self.encoder(batch.x, batch.edge_index)
         return GraphOutput(self.head(global_mean_pool(h, batch.batch, size=batch.num_graphs)))
 
-    def loss(self, out: GraphOutput, batch: object) -> tuple[Tensor, dict[str, float]]:
+    def loss(self, out: GraphOutput, batch: Batch) -> tuple[Tensor, dict[str, float]]:
         ce = F.cross_entropy(out.logits, batch.y)
         return ce, {"ce": ce.item()}
 
@@ -75,7 +76,7 @@ class GSATLite(nn.Module):
         self.head = nn.Linear(hidden, classes)
         self.r, self.beta = r, beta
 
-    def forward(self, batch: object) -> GraphOutput:
+    def forward(self, batch: Batch) -> GraphOutput:
         h = self.selector(batch.x, batch.edge_index)
         s = self.scorer(edge_pair_features(h, batch.edge_index)).squeeze(-1)
         p = torch.sigmoid(s)
@@ -85,7 +86,7 @@ class GSATLite(nn.Module):
         logits = self.head(global_mean_pool(g, batch.batch, size=batch.num_graphs))
         return GraphOutput(logits, edge_score=p, extras={"p": p})
 
-    def loss(self, out: GraphOutput, batch: object) -> tuple[Tensor, dict[str, float]]:
+    def loss(self, out: GraphOutput, batch: Batch) -> tuple[Tensor, dict[str, float]]:
         ce = F.cross_entropy(out.logits, batch.y)
         info = bernoulli_kl(out.extras["p"], self.r)
         return ce + self.beta * info, {"ce": ce.item(), "info": info.item()}
@@ -129,7 +130,7 @@ class SubgraphMoE(nn.Module):
         self.tau = 1.0
         self.uniform_gate = False
 
-    def forward(self, batch: object) -> GraphOutput:
+    def forward(self, batch: Batch) -> GraphOutput:
         cfg, b = self.config, batch.num_graphs
         edge_index = batch.edge_index
         h = self.selector(batch.x, edge_index)
@@ -164,7 +165,7 @@ class SubgraphMoE(nn.Module):
             extras={"expert_logits": logits, "q": q, "kept": kept, "edge_graph": edge_graph},
         )
 
-    def loss(self, out: GraphOutput, batch: object) -> tuple[Tensor, dict[str, float]]:
+    def loss(self, out: GraphOutput, batch: Batch) -> tuple[Tensor, dict[str, float]]:
         cfg, w = self.config, out.gate
         assert w is not None
         logits = out.extras["expert_logits"]

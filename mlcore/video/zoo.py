@@ -136,7 +136,7 @@ def load_judge(folder: Path | None = None) -> Any:
 
     folder = folder or CHECKPOINTS / "video-judge"
     verify_manifest(folder)
-    return ClipClassifier.from_pretrained(folder).to(torch.float32).eval()
+    return ClipClassifier.from_pretrained(folder, torch_dtype=torch.float32).eval()
 
 
 def load_dit(folder: Path) -> Any:
@@ -144,7 +144,7 @@ def load_dit(folder: Path) -> Any:
 
     from mlcore.video.dit import VideoDiT
 
-    return VideoDiT.from_pretrained(folder).to(torch.float32).eval()
+    return VideoDiT.from_pretrained(folder, torch_dtype=torch.float32).eval()
 
 
 def grade(

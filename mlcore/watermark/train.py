@@ -44,6 +44,7 @@ class MolmConfig:
     init_scale: float = 0.3  # B's initial scale (the paper: 0); see Markers
     bitwise_init: bool = True  # one ±direction per key bit at initialisation; see Markers
     shift_scale: float | None = None  # per-adapter bias shifts (content-independent part); see Markers
+    linear_readout: bool = False  # the extractor's matched-filter path; see Extractor
     steps: int = 900
     batch_size: int = 16
     lr_markers: float = 3e-3
@@ -149,7 +150,9 @@ def train_molm(
         )
     markers.attach(generator.vae)
     if extractor is None:
-        extractor = Extractor(num_bits=markers.num_bits, image_size=generator.image_size)
+        extractor = Extractor(
+            num_bits=markers.num_bits, image_size=generator.image_size, linear_readout=config.linear_readout
+        )
     optimizer = torch.optim.AdamW(
         [
             {"params": markers.parameters(), "lr": config.lr_markers, "weight_decay": 0.0},

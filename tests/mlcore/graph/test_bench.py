@@ -28,7 +28,8 @@ def test_the_section_reports_cached_runs_with_a_verdict_and_lists_missing_ones(t
         graph_ood._cache_path("quick", "heterogeneous", run["method"], 0).write_text(json.dumps(run))
     markdown, data = graph_ood.section("quick", run_missing=False)
     assert "| disco | 1 | 0.500 |" in markdown
-    assert "beats erm and does not beat gsat; its gate keeps 1.50 of the experts per graph" in markdown
+    assert "beats erm and does not beat gsat; its gate keeps 1.50 of the experts per graph." in markdown
+    assert "spread of gate weight across motifs: 0.50 (experts specialise" in markdown
     assert "| 0 | 0.50 | 0.50 | 0.00 |" in markdown  # the usage matrix
     assert data["missing"] == [] and data["table"]["heterogeneous"]["gsat"]["ood_test"] == [0.6]
 

@@ -126,3 +126,62 @@ def test_bitwise_initialisation_gives_each_key_bit_one_signed_direction():
     assert torch.allclose(up[0], -up[15])  # symbol 0000 and 1111: every sign flipped
     # Symbols 0b1000 and 0b0000 differ in the first bit only: their difference is that bit's direction, twice.
     assert torch.allclose((up[8] - up[0]) / 2, (up[15] - up[7]) / 2, atol=1e-6)
+
+
+def _signed_bit_deltas(vae, markers, bit: int, n: int = 24) -> torch.Tensor:
+    """Per image, D(z | bit = 0) − D(z | bit = 1) for random keys, flattened and unit-normed."""
+    torch.manual_seed(3)
+    z = torch.randn(n, 4, 4, 4)
+    keys = markers.random_keys(n, torch.Generator().manual_seed(4))
+    on, off = keys.clone(), keys.clone()
+    on[:, bit], off[:, bit] = 1, 0
+    with torch.no_grad():
+        with markers.keyed(off):
+            a = vae.decode(z).sample
+        with markers.keyed(on):
+            b = vae.decode(z).sample
+    flat = (a - b).flatten(1)
+    return flat / flat.norm(dim=1, keepdim=True)
+
+
+def _mean_cross_image_cosine(deltas: torch.Tensor) -> float:
+    cos = deltas @ deltas.T
+    return cos[~torch.eye(len(deltas), dtype=torch.bool)].mean().item()
+
+
+def test_bias_shifts_make_a_key_bit_change_images_the_same_way_whatever_their_content():
+    # Issue 6's diagnosis: a weight-only LoRA perturbation B·A·x scales with the content x, so one
+    # bit's effect on the image points a different way for every image (cosine ≈ 0.02 on the zoo VAE)
+    # and the extractor has no shared pattern to learn; a bias shift Δb_s adds a shared component.
+    vae = tiny_vae()
+    torch.manual_seed(1)
+    weight_only = Markers.for_vae(vae, num_adapters=16, rank=2, init_scale=1.0, bitwise_init=True)
+    weight_only.attach(vae)
+    content_bound = _mean_cross_image_cosine(_signed_bit_deltas(vae, weight_only, bit=45))
+    weight_only.detach()
+    torch.manual_seed(1)
+    shifted = Markers.for_vae(vae, num_adapters=16, rank=2, init_scale=0.0, bitwise_init=True, shift_scale=1.0)
+    shifted.attach(vae)
+    shared = _mean_cross_image_cosine(_signed_bit_deltas(vae, shifted, bit=45))
+    shifted.detach()
+    assert shared > 0.3
+    assert shared > content_bound + 0.2
+
+
+def test_markers_with_bias_shifts_round_trip_through_save_pretrained(tmp_path):
+    vae = tiny_vae()
+    torch.manual_seed(2)
+    markers = Markers.for_vae(vae, num_adapters=16, rank=2, init_scale=0.1, bitwise_init=True, shift_scale=0.5)
+    markers.save_pretrained(tmp_path)
+    loaded = Markers.from_pretrained(tmp_path)
+    assert len(loaded.shift) == len(markers.shift) == 12
+    for a, b in zip(loaded.shift, markers.shift, strict=True):
+        assert torch.equal(a, b)
+    markers.attach(vae)
+    with markers.keyed(torch.zeros(48)), torch.no_grad():
+        expected = vae.decode(torch.ones(1, 4, 4, 4)).sample
+    markers.detach()
+    loaded.attach(vae)
+    with loaded.keyed(torch.zeros(48)), torch.no_grad():
+        assert torch.allclose(vae.decode(torch.ones(1, 4, 4, 4)).sample, expected, atol=1e-6)
+    loaded.detach()
