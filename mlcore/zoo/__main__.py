@@ -2,7 +2,9 @@
 
 ``train`` resumes from ``var/zoo/NAME/state.pt`` if an earlier run stopped, then evaluates on the
 held-out split of every source and writes the commit-ready checkpoint to
-``mlcore/zoo/checkpoints/NAME/``.
+``mlcore/zoo/checkpoints/NAME/``. Language models are trained here; the other models' recipes live
+beside their code (watermarking, point clouds, video, LoRA experts) and ``train NAME`` hands the
+rest of the command line to them, so one command trains every zoo model.
 """
 
 from __future__ import annotations
@@ -17,12 +19,35 @@ from mlcore.zoo.recipes import RECIPES, get_recipe
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 
+#: Zoo models trained by their own package's recipe: name → (module with ``main(argv)``, leading argv).
+OTHER_RECIPES: dict[str, tuple[str, list[str]]] = {
+    "molm-tiny": ("mlcore.zoo.molm", ["train"]),
+    "lora-base-tiny": ("mlcore.lora.zoo", ["train"]),
+    "pointmoe-synmix": ("mlcore.pointcloud.zoo", ["train", "pointmoe-synmix"]),
+    "ptv3-synmix-dense": ("mlcore.pointcloud.zoo", ["train", "ptv3-synmix-dense"]),
+    "video-dit-digits": ("mlcore.video.zoo", ["train", "video-dit-digits"]),
+    "video-judge": ("mlcore.video.zoo", ["train", "video-judge"]),
+}
+
 
 def cmd_list(_: argparse.Namespace) -> int:
+    from mlcore.zoo.registry import MODELS
+
     for name, recipe in RECIPES.items():
         ready = (CHECKPOINTS / name / "manifest.json").exists()
         print(f"{name}  {'[checkpoint]' if ready else '[not trained]'}  {recipe.title}")
+    for item in MODELS:
+        if item.name in OTHER_RECIPES:
+            ready = bool(item.stamp) and (ROOT / item.stamp).exists()
+            print(f"{item.name}  {'[checkpoint]' if ready else '[not trained]'}  {item.title}")
     return 0
+
+
+def train_other(name: str, rest: list[str]) -> int:
+    import importlib
+
+    module, leading = OTHER_RECIPES[name]
+    return int(importlib.import_module(module).main([*leading, *rest]) or 0)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -61,11 +86,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) >= 2 and argv[0] == "train" and argv[1] in OTHER_RECIPES:
+        return train_other(argv[1], argv[2:])
     parser = argparse.ArgumentParser(prog="python -m mlcore.zoo")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="the zoo's recipes and whether a checkpoint exists").set_defaults(func=cmd_list)
     train = sub.add_parser("train", help="train a recipe (resumes) and export its checkpoint")
-    train.add_argument("name", choices=sorted(RECIPES))
+    train.add_argument("name", choices=sorted([*RECIPES, *OTHER_RECIPES]))
     train.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
     train.add_argument("--workdir", type=Path, default=None, help="resumable state (default var/zoo/NAME)")
     train.add_argument("--out", type=Path, default=None, help="checkpoint folder (default mlcore/zoo/checkpoints/NAME)")

@@ -1,4 +1,5 @@
 import dataclasses
+import importlib
 import json
 
 import pytest
@@ -75,3 +76,13 @@ def test_the_exported_manifest_catches_a_changed_file(tmp_path):
     (folder / "config.json").write_text((folder / "config.json").read_text() + " ")
     with pytest.raises(ValueError, match=r"config\.json does not match"):
         verify_manifest(folder)
+
+
+def test_every_zoo_model_trains_through_the_one_zoo_command() -> None:
+    from mlcore.zoo.__main__ import OTHER_RECIPES
+    from mlcore.zoo.registry import MODELS
+
+    for item in MODELS:
+        assert item.name in RECIPES or item.name in OTHER_RECIPES, f"{item.name} has no recipe"
+    for name, (module, _) in OTHER_RECIPES.items():
+        assert callable(getattr(importlib.import_module(module), "main", None)), f"{name}: {module}.main"
