@@ -9,6 +9,7 @@ dataset, and registers the trained segmenter (kind ``pointcloud-segmenter``) in 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from mlcore.jobs import Bool, Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Multi, Seed
@@ -33,6 +34,15 @@ def _estimate(p: dict[str, Any]) -> Estimate:
     points = p["batch_size"] * p["points"]
     pool = p["scenes"] * len(p["datasets"]) * 2**20
     return Estimate(memory_bytes=2**30 + points * 40_000 + pool, seconds=p["steps"] * points / 5_000 + 30)
+
+
+def _summarize(scalars: Mapping[str, Any]) -> str:
+    """ "Validation mIoU 0.552 on the training datasets, 0.310 zero-shot; 120,000 parameters (40,000 active …"."""
+    return (
+        f"Validation mIoU {scalars['seen_miou']:.3f} on the training datasets, {scalars['zero_shot_miou']:.3f} "
+        f"zero-shot; {scalars['parameters']:,.0f} parameters ({scalars['active_parameters']:,.0f} active per "
+        f"point), trained in {scalars['train_seconds']:.0f} s."
+    )
 
 
 spec = JobSpec(
@@ -102,6 +112,7 @@ spec = JobSpec(
         "The trained model is offered to your library as a `pointcloud-segmenter` for `pointcloud-segment`."
     ),
     sample={"steps": 40, "scenes": 4, "eval_every": 20, "eval_scenes": 1, "batch_size": 2, "points": 1024, "seed": 0},
+    summarize=_summarize,
 )
 
 

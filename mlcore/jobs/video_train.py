@@ -9,6 +9,7 @@ sample clips as training goes, MoGA group sizes or expert usage, and registers t
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,19 @@ def _estimate(p: dict[str, Any]) -> Estimate:
     tokens = token_count(config, p["frames"], p["resolution"])
     seconds = p["steps"] * p["batch_size"] * tokens * p["dim"] ** 2 * p["depth"] * 6 * 12 / 2e9
     return Estimate(memory_bytes=memory, seconds=seconds)
+
+
+def _summarize(scalars: Mapping[str, Any]) -> str:
+    """ "Held-out rectified-flow loss 0.412 (training 0.398) after 120 CPU-seconds; 1,234,567 parameters …"."""
+    line = (
+        f"Held-out rectified-flow loss {scalars['heldout_rf_loss']:.3f} (training {scalars['final_rf_loss']:.3f}) "
+        f"after {scalars['cpu_seconds']:.0f} CPU-seconds; {scalars['parameters']:,.0f} parameters, "
+        f"{scalars['activated_ffn_parameters']:,.0f} FFN parameters active per token"
+    )
+    fractions = [v for k, v in scalars.items() if k.startswith("flop_fraction_layer") and v is not None]
+    if fractions:
+        line += f"; MoGA computes {sum(fractions) / len(fractions):.0%} of full attention's score FLOPs"
+    return line + "."
 
 
 spec = JobSpec(
@@ -132,6 +146,7 @@ A good run: `rf_loss` falling below ~0.3 and digits readable in the strip after 
 steps; direction is usually learnt before the digit's identity.
 """.strip(),
     sample={"steps": 60, "batch_size": 8, "sample_every": 30, "attention": "moga", "ffn": "promoe", "seed": 0},
+    summarize=_summarize,
 )
 
 

@@ -8,10 +8,21 @@ the key, and the same latents decoded without markers give the PSNR/SSIM of the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from mlcore.jobs import Int, JobContext, JobError, JobSpec, Key, Model, Seed
+
+
+def _summarize(scalars: Mapping[str, Any]) -> str:
+    """ "Generated 16 watermarked images: self-check bit accuracy 99.0% (worst image 44 bits), PSNR …"."""
+    return (
+        f"Generated {scalars['images']:.0f} watermarked images: self-check bit accuracy "
+        f"{scalars['self_check_bit_accuracy']:.1%} (worst image {scalars['min_bits_matched']:.0f} bits matched), "
+        f"PSNR {scalars['psnr']:.1f} dB and SSIM {scalars['ssim']:.3f} against the unmarked decode."
+    )
+
 
 spec = JobSpec(
     name="watermark-generate",
@@ -45,6 +56,7 @@ spec = JobSpec(
         "*watermark-verify* or the public portal; the *watermark-robustness* job measures what survives attacks."
     ),
     sample={"model": "zoo:molm-tiny", "count": 8, "steps": 10, "seed": 0},
+    summarize=_summarize,
 )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,14 @@ MIN_BITS_HELP = "At least 48 bits: 28 cannot reach a low false-positive rate amo
 def _estimate(p: dict[str, Any]) -> Estimate:
     # A 32×32 decoder at batch 16 takes ~1 s per step on one CPU core; larger VAEs scale with their pixels.
     return Estimate(memory_bytes=2 * 2**30 + p["batch_size"] * 64 * 2**20, seconds=1.5 * p["steps"] + 120)
+
+
+def _summarize(scalars: Mapping[str, Any]) -> str:
+    """ "Trained 48-bit keys: held-out bit accuracy 97.5% on fresh keys, PSNR 32.1 dB and SSIM 0.941 …"."""
+    return (
+        f"Trained {scalars['num_bits']:.0f}-bit keys: held-out bit accuracy {scalars['bit_accuracy']:.1%} on fresh "
+        f"keys, PSNR {scalars['psnr']:.1f} dB and SSIM {scalars['ssim']:.3f} against the frozen decoder."
+    )
 
 
 spec = JobSpec(
@@ -111,6 +120,7 @@ spec = JobSpec(
         "bench/results/watermark.md for what reproduced and what did not."
     ),
     sample={"generator": "zoo:molm-tiny", "steps": 40, "batch_size": 8, "seed": 0},
+    summarize=_summarize,
 )
 
 
