@@ -161,22 +161,6 @@ def _cloud_path(inputs: dict[str, Any]) -> Path:
     raise JobError("Upload a point cloud (cloud) or pick a sample scene (scene), e.g. zoo:synmix-room.")
 
 
-def _without_label_colours(path: Path, cloud: Any) -> Any:
-    """A labelled PLY written by this project keeps input colours as ``input_red/...`` and puts the
-    label colours in ``red/green/blue``; without input colours, those are not the sensor's colours
-    and must not reach the model as features."""
-    from mlcore.pointcloud.io import read_header, sniff_cloud
-
-    if cloud.rgb is None or sniff_cloud(path) != "ply":
-        return cloud
-    header = read_header(path)
-    legend = any("moelab label" in c for c in header.comments)
-    names = {p.name.lower() for e in header.elements if e.name == "vertex" for p in e.properties}
-    if legend and "input_red" not in names:
-        cloud.rgb = None
-    return cloud
-
-
 def _bar_chart(title: str, rows: list[dict[str, Any]], x: str, y: str, **extra: Any) -> dict[str, Any]:
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
@@ -221,7 +205,9 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     path = _cloud_path(inputs)
     ctx.progress(0.0, "reading the cloud")
     start = time.perf_counter()
-    cloud = _without_label_colours(path, read_cloud(path, max_points=MAX_POINTS))
+    # A labelled PLY of ours without input colours reads back with rgb=None, so label colours never
+    # reach the model as sensor colours.
+    cloud = read_cloud(path, max_points=MAX_POINTS)
     read_seconds = time.perf_counter() - start
     try:
         model, config = load_segmenter(Path(inputs["model"]))
@@ -288,7 +274,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     )
     ctx.artifact("thumbnail.png", ctx.workdir / "thumbnail.png", "image/png")
     input_thumb = ctx.workdir / "input.png"
-    render_thumbnail(cloud.xyz[thumb_index], input_colors(cloud.subset(thumb_index)), input_thumb, renderer=renderer)
+    render_thumbnail(cloud.xyz[thumb_index], input_colors(cloud.subset(thumb_index)), input_thumb)
     ctx.artifact("input.png", input_thumb, "image/png")
 
     counts = np.bincount(result.labels, minlength=len(LABELS))
