@@ -94,7 +94,11 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
         gap = (test[main] - rivals[rival]) * 100
         verb = "beat" if gap >= 0 else "trailed"
         other = "baseline" if main == "disco" else "other method"
-        line += f"; {verb} the best {other}, {rival}, by {abs(gap):.1f} points"
+        line += (
+            f"; level with the best {other}, {rival}"
+            if round(gap, 1) == 0
+            else f"; {verb} the best {other}, {rival}, by {abs(gap):.1f} points"
+        )
     return line + "."
 
 

@@ -200,6 +200,11 @@ def test_graph_ood_says_when_the_method_trails_a_baseline_and_leads_with_the_bes
     )
 
 
+def test_graph_ood_calls_a_tie_a_tie() -> None:
+    tied = {**SCALARS["graph-ood"], "gsat/ood_test_accuracy": 0.712}
+    assert get_kind("graph-ood").spec.summary_line(tied).endswith("; level with the best baseline, gsat.")
+
+
 def test_router_align_falls_back_to_the_iid_split_when_no_shifted_split_was_scored() -> None:
     iid = {k.replace("shifted_", "iid_"): v for k, v in SCALARS["router-align"].items() if not k.startswith("iid_")}
     assert get_kind("router-align").spec.summary_line(iid).startswith("On iid data RoMA reaches 78.0% accuracy")
