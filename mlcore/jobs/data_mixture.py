@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Bool, Dataset, File, Float, Int, JobContext, JobError, JobSpec, Multi, Seed
 
 BUILTIN_SOURCES = ("shakespeare", "stdlib-docs", "stdlib-source")
@@ -127,7 +128,7 @@ def _chart(title: str, rows: list[dict[str, Any]], x: str, y: str, x_title: str,
     if "color" in extra:
         encoding["color"] = {"field": extra["color"], "type": "nominal", "title": extra["color"].capitalize()}
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": VEGA_LITE,
         "title": title,
         "data": {"values": rows},
         "mark": "line" if x == "step" else "bar",

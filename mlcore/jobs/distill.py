@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Bool, Choice, Dataset, Estimate, File, Float, Int, JobContext, JobError, JobSpec, Model, Seed
 
 LOSSES = ("amid", "fkl", "rkl", "skew-kl", "taid", "abkd")
@@ -167,7 +168,7 @@ def _line_chart(title: str, rows: list[dict[str, Any]], y: str, y_title: str, *,
     if color:
         encoding["color"] = {"field": color, "type": "nominal", "title": color.replace("_", " ").capitalize()}
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": VEGA_LITE,
         "title": title,
         "data": {"values": rows},
         "mark": "line",

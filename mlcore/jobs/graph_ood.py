@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Choice, Dataset, Estimate, File, Float, Int, JobContext, JobError, JobSpec, Multi, Seed
 
 METHODS = ("erm", "gsat", "moe-softmax", "moe-diversity", "disco")
@@ -226,7 +227,7 @@ def _load(params: dict[str, Any], inputs: dict[str, Any]) -> Any:
 
 
 def _charts(ctx: JobContext, results: dict[str, Any], graphset: Any) -> None:
-    schema = "https://vega.github.io/schema/vega-lite/v5.json"
+    schema = VEGA_LITE
     rows = [
         {"method": m, "split": SPLIT_TITLES[s], "accuracy": v.accuracy, "ceiling": v.ceiling}
         for m, r in results.items()
@@ -321,7 +322,7 @@ def _training_chart(ctx: JobContext, curves: list[dict[str, Any]], selection: st
     ctx.chart(
         "training",
         {
-            "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "$schema": VEGA_LITE,
             "title": f"{SPLIT_TITLES.get(selection, selection)} accuracy per epoch (model selection)",
             "data": {"values": curves},
             "mark": {"type": "line", "point": True},

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Multi, Numbers, Seed
 
 ROUTINGS = ("lora", "top1", "top2", "relu", "sparsemax", "ld-mole", "ld-mole-nosparsity")
@@ -151,7 +152,7 @@ def _heatmap(result: Any) -> dict[str, Any]:
         for position, value in enumerate(values)
     ]
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": VEGA_LITE,
         "title": "Mean active experts per token position × adapted projection",
         "data": {"values": rows},
         "mark": "rect",
@@ -166,7 +167,7 @@ def _heatmap(result: Any) -> dict[str, Any]:
 
 def _bar(title: str, rows: list[dict[str, Any]], x: str, y: str, x_title: str, y_title: str) -> dict[str, Any]:
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": VEGA_LITE,
         "title": title,
         "data": {"values": rows},
         "mark": "bar",
@@ -249,7 +250,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     ctx.chart(
         "loss",
         {
-            "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "$schema": VEGA_LITE,
             "title": "Training loss (task + auxiliary)",
             "data": {"values": [{"step": s, "loss": v} for s, v in result.losses[::stride]]},
             "mark": "line",

@@ -129,10 +129,10 @@ def _constants(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) 
 
 
 def _fit_runs(params: dict[str, Any], path: Path, ctx: JobContext) -> Any:
-    from mlcore.analysis.charts import scatter
     from mlcore.analysis.el import fit_law, log_leverage
     from mlcore.analysis.el_holdout import arrays, leave_one_budget_out
     from mlcore.analysis.runs import RunsError, measured_leverage, read_runs
+    from mlcore.charts import scatter
 
     try:
         runs = read_runs(path)
@@ -240,8 +240,8 @@ def _warn_if_extrapolating(ctx: JobContext, compute: float, fitted_range: list[f
 def _sweep_charts(ctx: JobContext, arch: Any, constants: Any, count_shared: bool) -> None:
     import numpy as np
 
-    from mlcore.analysis.charts import line_chart
     from mlcore.analysis.el import leverage
+    from mlcore.charts import line_chart
 
     A, G, C = arch.activation(count_shared=count_shared), arch.granularity, arch.compute
     label = f"constants: {constants.source}"

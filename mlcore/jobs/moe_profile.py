@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Choice, Estimate, Int, JobContext, JobSpec, Seed
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ def _build_layer(p: dict[str, Any], device: Any) -> Any:
 
 def _bar_chart(title: str, values: list[dict[str, Any]], x: str, y: str, x_title: str, y_title: str) -> dict[str, Any]:
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": VEGA_LITE,
         "title": title,
         "data": {"values": values},
         "mark": "bar",

@@ -16,26 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Choice, Dataset, Estimate, File, Int, JobContext, JobError, JobSpec, Model, Multi, Seed
+from mlcore.pointcloud.labels import LABELS
 
-#: The master label space of the SynMix segmenters (mirrors mlcore.pointcloud.scenes.LABELS, kept
-#: here as plain strings so the spec imports without numpy or torch).
-LABELS: tuple[str, ...] = (
-    "floor",
-    "wall",
-    "ceiling",
-    "table",
-    "chair",
-    "cabinet",
-    "clutter",
-    "road",
-    "sidewalk",
-    "building",
-    "car",
-    "pole",
-    "vegetation",
-    "pedestrian",
-)
 CLOUD_FORMATS = ("ply", "pcd", "xyz", "las")
 MAX_CLOUD_BYTES = 2 * 2**30
 MAX_POINTS = 50_000_000
@@ -163,7 +147,7 @@ def _cloud_path(inputs: dict[str, Any]) -> Path:
 
 def _bar_chart(title: str, rows: list[dict[str, Any]], x: str, y: str, **extra: Any) -> dict[str, Any]:
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": VEGA_LITE,
         "title": title,
         "data": {"values": rows},
         "mark": "bar",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mlcore.charts import VEGA_LITE, step_lines
 from mlcore.jobs import Bool, Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Multi, Seed
 
 SEEN = ("A", "B", "C", "D")
@@ -116,22 +117,6 @@ spec = JobSpec(
 )
 
 
-def _line(title: str, rows: list[dict[str, Any]], y: str, y_title: str, color: str | None = None) -> dict[str, Any]:
-    encoding: dict[str, Any] = {
-        "x": {"field": "step", "type": "quantitative", "title": "Step"},
-        "y": {"field": y, "type": "quantitative", "title": y_title},
-    }
-    if color:
-        encoding["color"] = {"field": color, "type": "nominal", "title": color.capitalize()}
-    return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-        "title": title,
-        "data": {"values": rows},
-        "mark": "line",
-        "encoding": encoding,
-    }
-
-
 def usage_chart(usage: dict[str, list[list[float]]]) -> dict[str, Any]:
     """Stacked bars: per dataset (x) and MoE layer (row), the share of points per top-1 expert."""
     rows = [
@@ -141,7 +126,7 @@ def usage_chart(usage: dict[str, list[list[float]]]) -> dict[str, Any]:
         for e, share in enumerate(layer)
     ]
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": VEGA_LITE,
         "title": "Expert usage by dataset (top-1 expert per point)",
         "data": {"values": rows},
         "mark": "bar",
@@ -212,11 +197,11 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
             for name, value in result.evals[-1][1]["miou"].items():
                 ctx.metric(f"val_miou_{name}", value, step=step + 1)
             rows = [{"step": s, "miou": v, "dataset": n} for s, ev in result.evals for n, v in ev["miou"].items()]
-            ctx.chart("miou", _line("Validation mIoU", rows, "miou", "mIoU", color="dataset"))
+            ctx.chart("miou", step_lines("Validation mIoU", rows, "miou", "mIoU", color="dataset"))
         if step % 10 == 0 or step + 1 == cfg.steps:
             stride = max(1, len(result.loss) // 400)
             rows = [{"step": s, "loss": v} for s, v in result.loss[::stride]]
-            ctx.chart("loss", _line("Training loss", rows, "loss", "Cross-entropy"))
+            ctx.chart("loss", step_lines("Training loss", rows, "loss", "Cross-entropy"))
             ctx.progress(0.05 + 0.8 * (step + 1) / cfg.steps, f"step {step + 1} of {cfg.steps}")
 
     result = train(model, cfg, pool=pool, on_step=on_step, device=ctx.device)

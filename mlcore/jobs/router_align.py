@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Seed
 
 GUIDE = """\
@@ -141,7 +142,7 @@ spec = JobSpec(
 
 def _grouped_bar(title: str, rows: list[dict[str, Any]], y: str, y_title: str) -> dict[str, Any]:
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": VEGA_LITE,
         "title": title,
         "data": {"values": rows},
         "mark": "bar",
@@ -240,7 +241,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     ctx.chart(
         "regulariser",
         {
-            "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "$schema": VEGA_LITE,
             "title": "RoMA manifold regulariser Σ W‖r_i − r_j‖² (live routers)",
             "data": {"values": [{"step": s, "value": v} for s, v in enumerate(out["regulariser"])]},
             "mark": "line",

@@ -215,8 +215,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
 
 
 def _publish(ctx: JobContext, report: Any, advice: Any) -> None:
-    from mlcore.analysis.charts import heatmap, line_chart, scatter
     from mlcore.analysis.consistency import middle_window
+    from mlcore.charts import heatmap, line_chart, scatter
 
     for r in report.srp["model"]:
         ctx.metric(f"srp_L{r.window}", r.srp)

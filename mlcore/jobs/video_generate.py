@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Seed
 
 DIRECTIONS = ("right", "left", "down", "up")
@@ -124,7 +125,7 @@ def _group_chart(sizes: list[list[int]]) -> dict[str, Any]:
         for group, count in enumerate(counts)
     ]
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": VEGA_LITE,
         "title": "Tokens per MoGA group (summed over sampling steps and clips)",
         "data": {"values": rows},
         "mark": "bar",

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlcore.charts import VEGA_LITE, step_lines
 from mlcore.jobs import Bool, Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Seed
 
 ATTENTION = ("full", "moga", "local")
@@ -150,25 +151,9 @@ steps; direction is usually learnt before the digit's identity.
 )
 
 
-def _line(title: str, rows: list[dict[str, Any]], y: str, y_title: str, color: str | None = None) -> dict[str, Any]:
-    encoding: dict[str, Any] = {
-        "x": {"field": "step", "type": "quantitative", "title": "Step"},
-        "y": {"field": y, "type": "quantitative", "title": y_title},
-    }
-    if color:
-        encoding["color"] = {"field": color, "type": "nominal", "title": color.capitalize()}
-    return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-        "title": title,
-        "data": {"values": rows},
-        "mark": "line",
-        "encoding": encoding,
-    }
-
-
 def _usage_chart(title: str, rows: list[dict[str, Any]], x_title: str) -> dict[str, Any]:
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": VEGA_LITE,
         "title": title,
         "data": {"values": rows},
         "mark": "rect",
@@ -249,7 +234,9 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         held = heldout_loss(model, clips=32, frames=frames, size=size, attention=params["attention"])
         ctx.metric("heldout_rf_loss", held["mean"], step=step)
         heldout_rows.append({"step": step, "loss": held["mean"]})
-        ctx.chart("heldout_rf_loss", _line("Held-out RF loss (fixed t grid)", heldout_rows, "loss", "Velocity MSE"))
+        ctx.chart(
+            "heldout_rf_loss", step_lines("Held-out RF loss (fixed t grid)", heldout_rows, "loss", "Velocity MSE")
+        )
         clips = (
             generate(
                 model,
@@ -284,7 +271,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
                 for s, r, a in state.losses[::stride]
                 for term, value in (("rectified flow", r), ("auxiliary", a))
             ]
-            ctx.chart("loss", _line("Training loss", rows, "loss", "Loss", color="term"))
+            ctx.chart("loss", step_lines("Training loss", rows, "loss", "Loss", color="term"))
         if params["sample_every"] and state.step % params["sample_every"] == 0 and state.step < params["steps"]:
             snapshot(state.step)
         ctx.progress(0.02 + 0.88 * state.step / params["steps"], f"step {state.step} of {params['steps']}")

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Bool, Estimate, Int, JobContext, JobError, JobSpec, Model, Multi, Seed
 
 ATTACKS = (
@@ -252,7 +253,7 @@ def charts(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         ]
         x = {"field": "attack", "type": "nominal", "sort": None, "title": None}
         return {
-            "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "$schema": VEGA_LITE,
             "title": title,
             "data": {"values": data},
             "width": {"step": 14},

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Seed
 
 MIN_BITS_HELP = "At least 48 bits: 28 cannot reach a low false-positive rate among many keys."
@@ -219,7 +220,7 @@ def _charts(ctx: JobContext, history: list[dict[str, Any]]) -> None:
     def line(title: str, fields: list[tuple[str, str]], y_title: str) -> dict[str, Any]:
         rows = [{"step": r["step"], "value": r[f], "series": label} for r in history for f, label in fields]
         return {
-            "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "$schema": VEGA_LITE,
             "title": title,
             "data": {"values": rows},
             "mark": {"type": "line", "point": True},

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Dataset, Estimate, File, Float, JobContext, JobError, JobSpec, Model
 
 MAX_IMAGES = 5000
@@ -171,7 +172,7 @@ def _histogram(rows: list[dict[str, Any]], thresholds: dict[str, Any]) -> dict[s
         if thresholds[name] is not None
     ]
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": VEGA_LITE,
         "title": "Images by bits matched",
         "layer": [
             {

@@ -15,24 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-#: The master label space. Every dataset labels a subset (and may merge classes), see
-#: :mod:`mlcore.pointcloud.datasets`.
-LABELS: tuple[str, ...] = (
-    "floor",
-    "wall",
-    "ceiling",
-    "table",
-    "chair",
-    "cabinet",
-    "clutter",
-    "road",
-    "sidewalk",
-    "building",
-    "car",
-    "pole",
-    "vegetation",
-    "pedestrian",
-)
+from mlcore.pointcloud.labels import LABELS
+
 LABEL_ID: dict[str, int] = {name: i for i, name in enumerate(LABELS)}
 INDOOR: tuple[str, ...] = ("floor", "wall", "ceiling", "table", "chair", "cabinet", "clutter")
 OUTDOOR: tuple[str, ...] = ("road", "sidewalk", "building", "car", "pole", "vegetation", "pedestrian")

@@ -1,4 +1,5 @@
-"""Vega-Lite v5 specs for the analysis jobs: every chart has a title, axis titles and units."""
+"""Vega-Lite v5 chart specs shared by the job kinds (``ctx.chart``): every chart has a title, axis
+titles and units. Plain dicts, no plotting library, so job specs can import it in the web process."""
 
 from __future__ import annotations
 
@@ -83,3 +84,16 @@ def scatter(
             "tooltip": [{"field": f} for f in (label, x, y)],
         },
     }
+
+
+def step_lines(
+    title: str, rows: list[dict[str, Any]], y: str, y_title: str, color: str | None = None
+) -> dict[str, Any]:
+    """A training curve: ``y`` over the ``step`` field, one line per ``color`` value if given."""
+    encoding: dict[str, Any] = {
+        "x": {"field": "step", "type": "quantitative", "title": "Step"},
+        "y": {"field": y, "type": "quantitative", "title": y_title},
+    }
+    if color:
+        encoding["color"] = {"field": color, "type": "nominal", "title": color.capitalize()}
+    return {"$schema": VEGA_LITE, "title": title, "data": {"values": rows}, "mark": "line", "encoding": encoding}
