@@ -29,7 +29,9 @@ def build_samples(target: Path) -> None:
     from mlcore.watermark.pipeline import decode_under_keys, key_tensor, load_bundle
 
     bundle = load_bundle(materialize(builtin_items()["molm-tiny"]), need_unet=True)
-    latents = bundle.generator.sample_latents(SAMPLES_PER_GROUP, seed=0)
+    # 10 DDIM steps, as the markers were trained and benchmarked: on 20-step samples the committed
+    # markers read only 23–31 of 48 bits (bench/results/watermark.md), below the detection threshold.
+    latents = bundle.generator.sample_latents(SAMPLES_PER_GROUP, seed=0, steps=10)
     groups = {
         "marked": decode_under_keys(bundle, latents, key_tensor(DEMO_KEY.bits, bundle.num_bits)),
         "unmarked": decode_under_keys(bundle, latents, None),
