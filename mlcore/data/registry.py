@@ -76,7 +76,9 @@ DATASETS: tuple[BuiltinItem, ...] = (
         name="synmix-room",
         kind="pointclouds",
         title="SynMix sample room (depth camera)",
-        description="A procedural room seen by a fused RGB-D camera, ~11k points, labelled PLY (mlcore.pointcloud.samples).",
+        description=(
+            "A procedural room seen by a fused RGB-D camera, ~11k points, labelled PLY (mlcore.pointcloud.samples)."
+        ),
         builder="mlcore.pointcloud.samples:build_room",
         card={"source": "procedural (SynMix dataset A, validation scan 0)", "license": "generated"},
     ),

@@ -34,8 +34,8 @@ MODELS: tuple[BuiltinItem, ...] = (
         kind="tiny-encoder",
         title="Tiny encoder for LoRA-expert fine-tuning",
         description=(
-            "Pre-LN Transformer encoder, d=64, 2 layers, 4 heads, FFN 128, pre-trained on copy, reverse, prefix sum and "
-            "sort of 8 digits; the frozen base of lora-moe-finetune (python -m mlcore.lora.zoo train)."
+            "Pre-LN Transformer encoder, d=64, 2 layers, 4 heads, FFN 128, pre-trained on copy, reverse, prefix sum "
+            "and sort of 8 digits; the frozen base of lora-moe-finetune (python -m mlcore.zoo train lora-base-tiny)."
         ),
         builder="mlcore.lora.zoo:build_lora_base_tiny",
         card={"architecture": "lora-tiny-encoder", "recipe": "lora-base-tiny"},
@@ -60,7 +60,8 @@ MODELS: tuple[BuiltinItem, ...] = (
         title="Point-MoE PTv3-lite segmenter (SynMix rooms and streets)",
         description=(
             "PTv3-lite (channels 32-64-96, patch attention, grid pooling), W_o in every block → 4 gated-ReLU experts, "
-            "top-2; trained jointly on SynMix A-D with mixed batches (python -m mlcore.pointcloud.zoo train pointmoe-synmix)."
+            "top-2; trained jointly on SynMix A-D with mixed batches "
+            "(python -m mlcore.zoo train pointmoe-synmix)."
         ),
         builder="mlcore.pointcloud.zoo:build_pointmoe_synmix",
         card={"architecture": "ptv3-lite", "placement": "proj", "experts": 4, "top_k": 2, "recipe": "pointmoe-synmix"},

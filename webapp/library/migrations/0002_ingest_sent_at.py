@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('library', '0001_initial'),
+        ("library", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='libraryitem',
-            name='ingest_sent_at',
+            model_name="libraryitem",
+            name="ingest_sent_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]
