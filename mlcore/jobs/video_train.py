@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlcore.charts import VEGA_LITE, step_lines
+from mlcore.charts import heatmap, step_lines
 from mlcore.jobs import Bool, Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Seed
 
 ATTENTION = ("full", "moga", "local")
@@ -149,20 +149,6 @@ steps; direction is usually learnt before the digit's identity.
     sample={"steps": 60, "batch_size": 8, "sample_every": 30, "attention": "moga", "ffn": "promoe", "seed": 0},
     summarize=_summarize,
 )
-
-
-def _usage_chart(title: str, rows: list[dict[str, Any]], x_title: str) -> dict[str, Any]:
-    return {
-        "$schema": VEGA_LITE,
-        "title": title,
-        "data": {"values": rows},
-        "mark": "rect",
-        "encoding": {
-            "x": {"field": "index", "type": "ordinal", "title": x_title},
-            "y": {"field": "layer", "type": "ordinal", "title": "Layer"},
-            "color": {"field": "tokens", "type": "quantitative", "title": "Tokens"},
-        },
-    }
 
 
 def _build(params: dict[str, Any], inputs: dict[str, Any], device: Any) -> Any:
@@ -338,11 +324,35 @@ def _routing_charts(ctx: JobContext, model: Any, frames: int, size: int, attenti
                     {"layer": layer, "index": g, "tokens": int(n)} for g, n in enumerate(block.last_stats.group_sizes())
                 ]
                 ctx.metric(f"flop_fraction_layer{layer}", block.last_stats.flop_fraction())
-        ctx.chart("group_sizes", _usage_chart("Tokens per MoGA group (one held-out batch)", rows, "Group"))
+        ctx.chart(
+            "group_sizes",
+            heatmap(
+                "Tokens per MoGA group (one held-out batch)",
+                rows,
+                x="index",
+                y="layer",
+                value="tokens",
+                x_title="Group",
+                y_title="Layer",
+                value_title="Tokens",
+            ),
+        )
     if aux.routings:
         rows = [
             {"layer": layer, "index": e, "tokens": int(n)}
             for layer, routing in enumerate(aux.routings)
             for e, n in enumerate(routing.expert_counts())
         ]
-        ctx.chart("expert_usage", _usage_chart("Tokens per expert (one held-out batch)", rows, "Expert"))
+        ctx.chart(
+            "expert_usage",
+            heatmap(
+                "Tokens per expert (one held-out batch)",
+                rows,
+                x="index",
+                y="layer",
+                value="tokens",
+                x_title="Expert",
+                y_title="Layer",
+                value_title="Tokens",
+            ),
+        )
