@@ -97,3 +97,27 @@ def step_lines(
     if color:
         encoding["color"] = {"field": color, "type": "nominal", "title": color.capitalize()}
     return {"$schema": VEGA_LITE, "title": title, "data": {"values": rows}, "mark": "line", "encoding": encoding}
+
+
+def bar_chart(
+    title: str,
+    rows: list[dict[str, Any]],
+    *,
+    x: str,
+    y: str,
+    x_title: str,
+    y_title: str,
+    x_type: str = "nominal",
+    keep_order: bool = True,
+) -> dict[str, Any]:
+    """Bars of ``y`` per ``x``; ``keep_order`` keeps the rows' order on the x axis instead of sorting."""
+    x_enc: dict[str, Any] = {"field": x, "type": x_type, "title": x_title}
+    if keep_order:
+        x_enc["sort"] = None
+    return {
+        "$schema": VEGA_LITE,
+        "title": title,
+        "data": {"values": rows},
+        "mark": "bar",
+        "encoding": {"x": x_enc, "y": {"field": y, "type": "quantitative", "title": y_title}},
+    }

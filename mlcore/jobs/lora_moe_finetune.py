@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlcore.charts import VEGA_LITE
+from mlcore.charts import VEGA_LITE, bar_chart
 from mlcore.jobs import Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Multi, Numbers, Seed
 
 ROUTINGS = ("lora", "top1", "top2", "relu", "sparsemax", "ld-mole", "ld-mole-nosparsity")
@@ -165,19 +165,6 @@ def _heatmap(result: Any) -> dict[str, Any]:
     }
 
 
-def _bar(title: str, rows: list[dict[str, Any]], x: str, y: str, x_title: str, y_title: str) -> dict[str, Any]:
-    return {
-        "$schema": VEGA_LITE,
-        "title": title,
-        "data": {"values": rows},
-        "mark": "bar",
-        "encoding": {
-            "x": {"field": x, "type": "ordinal", "title": x_title},
-            "y": {"field": y, "type": "quantitative", "title": y_title},
-        },
-    }
-
-
 def _load_base(folder: Path) -> Any:
     from mlcore.lora.base import TinyEncoder
 
@@ -238,13 +225,32 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         ctx.metric(name, value)
     levels = [{"level": f"d={d}", "accuracy": a} for d, a in result.accuracy_by_level.items()]
     ctx.chart(
-        "accuracy_by_level", _bar("Held-out accuracy by difficulty", levels, "level", "accuracy", "Level", "Accuracy")
+        "accuracy_by_level",
+        bar_chart(
+            "Held-out accuracy by difficulty",
+            levels,
+            x="level",
+            y="accuracy",
+            x_title="Level",
+            y_title="Accuracy",
+            x_type="ordinal",
+            keep_order=False,
+        ),
     )
     ctx.chart("active_experts", _heatmap(result))
     histogram = [{"experts": i, "pairs": n} for i, n in enumerate(result.active_histogram)]
     ctx.chart(
         "active_histogram",
-        _bar("Active experts per (token, projection)", histogram, "experts", "pairs", "Active experts", "Count"),
+        bar_chart(
+            "Active experts per (token, projection)",
+            histogram,
+            x="experts",
+            y="pairs",
+            x_title="Active experts",
+            y_title="Count",
+            x_type="ordinal",
+            keep_order=False,
+        ),
     )
     stride = max(1, len(result.losses) // 400)
     ctx.chart(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from mlcore.charts import VEGA_LITE
+from mlcore.charts import bar_chart
 from mlcore.jobs import Choice, Estimate, Int, JobContext, JobSpec, Seed
 
 if TYPE_CHECKING:
@@ -109,19 +109,6 @@ def _build_layer(p: dict[str, Any], device: Any) -> Any:
     )
 
 
-def _bar_chart(title: str, values: list[dict[str, Any]], x: str, y: str, x_title: str, y_title: str) -> dict[str, Any]:
-    return {
-        "$schema": VEGA_LITE,
-        "title": title,
-        "data": {"values": values},
-        "mark": "bar",
-        "encoding": {
-            "x": {"field": x, "type": "nominal", "title": x_title, "sort": None},
-            "y": {"field": y, "type": "quantitative", "title": y_title},
-        },
-    }
-
-
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
@@ -174,9 +161,15 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         {"implementation": "MoELayer (fused)", "ms": results["moe_layer_ms"]},
         {"implementation": "per-expert loop", "ms": results["loop_ms"]},
     ]
-    ctx.chart("timing", _bar_chart("Forward + backward, ms per step", timing, "implementation", "ms", "", "ms"))
+    ctx.chart(
+        "timing",
+        bar_chart("Forward + backward, ms per step", timing, x="implementation", y="ms", x_title="", y_title="ms"),
+    )
     experts = [{"expert": str(e), "slots": n} for e, n in enumerate(load)]
-    ctx.chart("expert_load", _bar_chart("Tokens routed to each expert", experts, "expert", "slots", "Expert", "Tokens"))
+    ctx.chart(
+        "expert_load",
+        bar_chart("Tokens routed to each expert", experts, x="expert", y="slots", x_title="Expert", y_title="Tokens"),
+    )
 
     table = ctx.workdir / "moe_profile.csv"
     table.write_text(

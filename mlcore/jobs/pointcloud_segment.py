@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlcore.charts import VEGA_LITE
+from mlcore.charts import bar_chart
 from mlcore.jobs import Choice, Dataset, Estimate, File, Int, JobContext, JobError, JobSpec, Model, Multi, Seed
 from mlcore.pointcloud.labels import LABELS
 
@@ -145,20 +145,6 @@ def _cloud_path(inputs: dict[str, Any]) -> Path:
     raise JobError("Upload a point cloud (cloud) or pick a sample scene (scene), e.g. zoo:synmix-room.")
 
 
-def _bar_chart(title: str, rows: list[dict[str, Any]], x: str, y: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "$schema": VEGA_LITE,
-        "title": title,
-        "data": {"values": rows},
-        "mark": "bar",
-        "encoding": {
-            "x": {"field": x, "type": "nominal", "title": x.capitalize(), "sort": None},
-            "y": {"field": y, "type": "quantitative", "title": y.replace("_", " ").capitalize()},
-            **extra,
-        },
-    }
-
-
 def usage_rows(usage: Any, layer_names: list[str]) -> list[dict[str, Any]]:
     """Rows (class, layer, expert, fraction) for the classes that got points."""
     rows = []
@@ -263,7 +249,10 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
 
     counts = np.bincount(result.labels, minlength=len(LABELS))
     count_rows = [{"class": name, "points": int(n)} for name, n in zip(LABELS, counts, strict=True) if n]
-    ctx.chart("class_counts", _bar_chart("Points per predicted class", count_rows, "class", "points"))
+    ctx.chart(
+        "class_counts",
+        bar_chart("Points per predicted class", count_rows, x="class", y="points", x_title="Class", y_title="Points"),
+    )
     metrics: dict[str, float] = {
         "points": float(len(cloud)),
         "voxels": float(result.voxels),
@@ -280,7 +269,14 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         picks = sorted({0, layers - 1})
         names = [f"MoE layer {i + 1} of {layers}" for i in picks]
         rows = usage_rows(result.usage[:, picks], names)
-        chart = _bar_chart("Expert usage per predicted class (top-1 expert)", rows, "class", "fraction")
+        chart = bar_chart(
+            "Expert usage per predicted class (top-1 expert)",
+            rows,
+            x="class",
+            y="fraction",
+            x_title="Class",
+            y_title="Fraction",
+        )
         chart["encoding"]["color"] = {"field": "expert", "type": "nominal", "title": "Expert"}
         chart["encoding"]["row"] = {"field": "layer", "type": "nominal", "title": None}
         ctx.chart("expert_usage", chart)
