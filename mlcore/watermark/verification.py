@@ -10,7 +10,9 @@ pixels are decoded (a decompression bomb declares a huge size in a tiny file).
 from __future__ import annotations
 
 import io
+import logging
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from mlcore.watermark.extractor import Extractor
+
+log = logging.getLogger(__name__)
 
 PIL_FORMATS = ("PNG", "JPEG", "WEBP")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
@@ -110,7 +114,9 @@ def cached_extractor(path: Path) -> Extractor:
 
             # One thread per check: the verify queue runs several children, each small.
             torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
+            started = time.monotonic()
             _cache[directory] = load_extractor(directory)
+            log.info("loaded the watermark extractor from %s in %.1f s", directory, time.monotonic() - started)
         return _cache[directory]
 
 

@@ -37,6 +37,14 @@ def extractor_path() -> Path:
     )
 
 
+def warm_up() -> None:
+    """Load the extractor into this process's cache (``workers.verify`` calls it as a child starts)."""
+    from mlcore.watermark.verification import cached_extractor
+
+    cached_extractor(extractor_path())
+    log.info("verify: the watermark extractor is loaded and waiting for checks")
+
+
 def answer(request_id: str, images: list[str]) -> str:
     from mlcore.watermark.keys import InvalidKey
     from mlcore.watermark.verification import BadImage, cached_extractor, open_image, verify
