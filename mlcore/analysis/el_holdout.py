@@ -1,11 +1,19 @@
-"""Scoring EL laws on held-out compute budgets (the efficiency-leverage card, §3): fit every law
-variant on all budgets but one, predict ln EL on the held-out budget, and check whether the law
-picks the held-out budget's best granularity."""
+"""Scoring EL laws on held-out runs (the efficiency-leverage card, §3): fit every law variant on the
+runs that remain after holding a group out, predict ln EL for the held-out group, and score the
+prediction.
+
+Two ways to hold out:
+
+- by compute **budget** (leave-one-budget-out): can the law extrapolate in C? Also checks whether
+  the law picks the held-out budget's best granularity for each activation ratio;
+- by **configuration** (A, G) across every budget (leave-one-configuration-out): can the law
+  predict an MoE shape it was never fitted on?
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -18,8 +26,9 @@ class HoldoutScore:
     variant: str
     rmse_log_el: float  # over every held-out run
     mean_abs_pct_error: float  # |EL_pred / EL − 1|, mean over runs
-    best_g_hits: int  # held-out (budget, A) groups whose best G the law picks
+    best_g_hits: int  # held-out (budget, A) groups whose best G the law picks (budget hold-out only)
     best_g_groups: int
+    held_out_groups: int = 0  # groups that were scored (a variant skips a group it has too few runs to fit without)
 
 
 def arrays(leverages: list[Leverage], *, count_shared: bool = False) -> tuple[np.ndarray, ...]:
@@ -30,18 +39,31 @@ def arrays(leverages: list[Leverage], *, count_shared: bool = False) -> tuple[np
     return A, G, C, EL
 
 
-def leave_one_budget_out(
-    leverages: list[Leverage], *, count_shared: bool = False, fit_options: dict[str, Any] | None = None
+def _labels(leverages: list[Leverage], by: str, count_shared: bool) -> np.ndarray:
+    if by == "budget":
+        return np.array([x.budget for x in leverages])
+    return np.array([f"A={x.run.activation(count_shared=count_shared):.6g} G={x.run.granularity:g}" for x in leverages])
+
+
+def holdout_scores(
+    leverages: list[Leverage],
+    *,
+    by: Literal["budget", "configuration"] = "budget",
+    count_shared: bool = False,
+    fit_options: dict[str, Any] | None = None,
 ) -> list[HoldoutScore]:
-    budgets = sorted({x.budget for x in leverages})
-    if len(budgets) < 2:
-        raise ValueError("leave-one-budget-out needs runs at two or more compute budgets")
+    """Leave-one-group-out scores of every law variant, groups being budgets or (A, G) configurations."""
     A, G, C, EL = arrays(leverages, count_shared=count_shared)
-    labels = np.array([x.budget for x in leverages])
+    labels = _labels(leverages, by, count_shared)
+    groups = sorted(set(labels.tolist()))
+    if len(groups) < 2:
+        raise ValueError(f"holding out by {by} needs runs at two or more {by}s")
     scores = []
     for variant in VARIANTS:
-        errors, pct, hits, groups = [], [], 0, 0
-        for held in budgets:
+        errors: list[float] = []
+        pct: list[float] = []
+        hits = scored_g = scored = 0
+        for held in groups:
             test = labels == held
             train = ~test
             try:
@@ -49,20 +71,34 @@ def leave_one_budget_out(
                     A[train], G[train], C[train], EL[train], variant=variant, resamples=0, **(fit_options or {})
                 )
             except ValueError:
-                continue  # too few runs for this variant without the held-out budget
+                continue  # too few runs for this variant without the held-out group
+            scored += 1
             predicted = log_leverage(A[test], G[test], C[test], fit.constants)
             errors += list(predicted - np.log(EL[test]))
             pct += list(np.abs(np.exp(predicted) / EL[test] - 1))
+            if by != "budget":
+                continue
             for a in np.unique(A[test]):
                 group = test & (a == A)
                 if len(np.unique(G[group])) < 2:
                     continue
-                groups += 1
+                scored_g += 1
                 observed = G[group][np.argmax(EL[group])]
                 pred = log_leverage(A[group], G[group], C[group], fit.constants)
                 hits += int(G[group][np.argmax(pred)] == observed)
         if errors:
-            scores.append(
-                HoldoutScore(variant, float(np.sqrt(np.mean(np.square(errors)))), float(np.mean(pct)), hits, groups)
-            )
+            rmse = float(np.sqrt(np.mean(np.square(errors))))
+            scores.append(HoldoutScore(variant, rmse, float(np.mean(pct)), hits, scored_g, scored))
     return scores
+
+
+def leave_one_budget_out(
+    leverages: list[Leverage], *, count_shared: bool = False, fit_options: dict[str, Any] | None = None
+) -> list[HoldoutScore]:
+    return holdout_scores(leverages, by="budget", count_shared=count_shared, fit_options=fit_options)
+
+
+def leave_one_configuration_out(
+    leverages: list[Leverage], *, count_shared: bool = False, fit_options: dict[str, Any] | None = None
+) -> list[HoldoutScore]:
+    return holdout_scores(leverages, by="configuration", count_shared=count_shared, fit_options=fit_options)

@@ -57,3 +57,45 @@ def multitask_set(n: int, generator: torch.Generator, length: int = LENGTH) -> M
         w = int(where[i])
         tokens[i] = torch.cat([digits[i, :w] + DIGIT_OFFSET, marker[i : i + 1], digits[i, w:] + DIGIT_OFFSET])
     return MultiTaskSet(tokens, labels, task)
+
+
+#: The marker synonyms as words, for MoE language models that read the same tasks as text.
+MARKER_WORDS: tuple[tuple[str, ...], ...] = (
+    ("first", "initial", "front"),
+    ("last", "final", "end"),
+    ("max", "largest", "top"),
+    ("sum", "plus", "add"),
+)
+DIGIT_CLASSES: tuple[str, ...] = tuple(str(d) for d in range(CLASSES))
+
+
+@dataclass
+class TextTaskSet:
+    """A labelled task set as text (prompts, each answered by one of ``classes``), for language models."""
+
+    prompts: tuple[str, ...]
+    labels: Tensor  #: [N] int64 index into ``classes``
+    classes: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def subset(self, index: Tensor) -> TextTaskSet:
+        return TextTaskSet(tuple(self.prompts[int(i)] for i in index), self.labels[index], self.classes)
+
+    def texts(self) -> list[str]:
+        return list(self.prompts)
+
+
+def as_text(data: MultiTaskSet) -> TextTaskSet:
+    """The same examples as prompts: ``3 8 final 4 … 9 = `` (the answer digit follows the space)."""
+    prompts = []
+    for row in data.tokens.tolist():
+        words = [
+            str(t - DIGIT_OFFSET) if t < MARKER_OFFSET else MARKER_WORDS[(t - MARKER_OFFSET) // SYNONYMS][
+                (t - MARKER_OFFSET) % SYNONYMS
+            ]
+            for t in row
+        ]
+        prompts.append(" ".join(words) + " = ")
+    return TextTaskSet(tuple(prompts), data.labels.clone(), DIGIT_CLASSES)
