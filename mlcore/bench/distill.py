@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
@@ -76,7 +77,8 @@ def _grid(
     fp32 = [Config(loss) for loss in BASELINES] + [Config("amid", a, lam) for lam in lams for a in alphas]
     fp32 += [Config("amid-kl", a, 0.5) for a in KL_ALPHAS] + (list(PEAKED) if peaked else [])
     bf16 = [replace(c, bf16=True) for c in fp32 if bf16_losses is None or c.method in bf16_losses]
-    return tuple(replace(c, seed=s) for s in range(seeds) for c in (*fp32, *bf16))
+    # Every seed of the fp32 grid before any bf16 run: a study stopped by its budget still has seeds to compare.
+    return tuple(replace(c, seed=s) for group in (fp32, bf16) for s in range(seeds) for c in group)
 
 
 TIERS: dict[str, dict[str, Any]] = {
@@ -259,10 +261,14 @@ def run(tier: str, results: Path) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     setup: dict[str, Any] | None = None
     rows = []
+    # MOELAB_BENCH_BUDGET_S stops new configurations (finished ones are cached) and reports what is done.
+    deadline = time.perf_counter() + float(os.environ.get("MOELAB_BENCH_BUDGET_S", "inf"))
     for index, cfg in enumerate(spec["configs"]):
         path = cache / f"{cfg.name}.json"
         if path.is_file():
             rows.append(json.loads(path.read_text()))
+            continue
+        if time.perf_counter() > deadline:
             continue
         setup = setup or _setup(spec)
         row = run_config(cfg, setup, spec["steps"])
@@ -276,5 +282,21 @@ def run(tier: str, results: Path) -> None:
         )
     summary = _summary(rows)
     finite = all(math.isfinite(s["forward_kl"]) for s in summary)
-    data = {"tier": tier, "steps": spec["steps"], "lr": LR, "summary": summary, "runs": rows, "all_finite": finite}
-    write_results(results, "distill", _markdown(tier, spec, summary, rows), data)
+    complete = len(rows) == len(spec["configs"])
+    data = {
+        "tier": tier,
+        "steps": spec["steps"],
+        "lr": LR,
+        "summary": summary,
+        "runs": rows,
+        "all_finite": finite,
+        "complete": complete,
+    }
+    body = _markdown(tier, spec, summary, rows)
+    if not complete:
+        body += (
+            f"\n**Partial study**: {len(rows)} of {len(spec['configs'])} configurations finished "
+            "(MOELAB_BENCH_BUDGET_S stopped new ones); run `make bench-distill FULL=1` again to resume from "
+            "bench/cache/distill/.\n"
+        )
+    write_results(results, "distill", body, data)
