@@ -21,6 +21,7 @@ from mlcore.jobs.spec import JobError, ValidationError
 from webapp.jobs import storage
 from webapp.jobs.models import Job, JobArtifact
 from webapp.jobs.resolver import PlatformResolver
+from webapp.library.cache import leases as library_leases
 from workers.context import DatabaseContext
 from workers.device import task_device
 
@@ -70,7 +71,8 @@ def _execute(job: Job, ctx: DatabaseContext) -> Outcome:
         kind = get_kind(job.kind)
     except UnknownKind as exc:
         return Outcome("failed", error=f"{exc} This worker cannot run it; ask an admin to update the workers.")
-    with storage.local_inputs(job) as files:
+    # The library items the job gets stay in the worker's cache until it ends (see library_leases).
+    with storage.local_inputs(job) as files, library_leases():
         try:
             params, inputs = runner.prepare(
                 kind,

@@ -3,7 +3,11 @@ baseline cache policies over capacities, load balance, bootstrap CIs and an offl
 recommendation (Liang et al., ICLR 2026, §3 and §5).
 
 Model-level figures: SRP sums the layers' window histograms (θ shared across layers); hit rates
-sum hits and accesses over layers, each layer with its own cache of m·k_l experts.
+sum hits and accesses over layers, each layer with its own cache of m·k_l experts (the issue's
+per-layer cache, scope ``model``). Scope ``model (one cache)`` is the method card's model level: the
+layers concatenated (:func:`~mlcore.analysis.routing.concatenate`) and replayed through one cache of
+m·Σ_l k_l experts, so layers share the capacity; its simulation costs grow with that capacity, so
+beyond ``ONE_CACHE_BUDGET`` every n-th sequence is replayed, as the card subsamples SCH traces.
 """
 
 from __future__ import annotations
@@ -16,17 +20,21 @@ import numpy as np
 
 from mlcore.analysis.balance import global_balance, local_balance
 from mlcore.analysis.cache import POLICIES, capacity_for, simulate
-from mlcore.analysis.routing import LayerRouting
+from mlcore.analysis.routing import LayerRouting, concatenate, every_nth_sequence
 from mlcore.analysis.srp import SRPResult, bootstrap_srp, window_histograms
 
 WINDOWS: tuple[int, ...] = (4, 16, 64, 256)
 MULTIPLES: tuple[float, ...] = (1, 1.5, 2, 3, 4)
+ONE_CACHE = "model (one cache)"
+#: Accesses × the largest shared capacity that one simulation of the one-cache model level may scan (~1 s).
+ONE_CACHE_BUDGET = 1 << 30
 
 
 def middle_window(windows: Sequence[int]) -> int:
-    """The window length that local balance and the per-layer SCH heatmap use: L = 16 of the defaults."""
+    """The window length that local balance and the per-layer SCH heatmap use: the median, the lower
+    of the two middle ones for an even count (L = 16 of the defaults, and of 4, 16, 64)."""
     ordered = sorted(windows)
-    return ordered[len(ordered) // 2 - 1] if len(ordered) > 1 else ordered[0]
+    return ordered[(len(ordered) - 1) // 2]
 
 
 @dataclass(frozen=True)
@@ -49,9 +57,11 @@ class ConsistencyReport:
     sequences: int
     srp: dict[str, list[SRPResult]] = field(default_factory=dict)  # "model" or "layer N" → per window
     hit_rates: dict[str, list[HitRate]] = field(default_factory=dict)
-    local_balance: dict[str, float] = field(default_factory=dict)  # "layer N" → at middle_window(windows)
+    local_balance: dict[str, float] = field(default_factory=dict)  # "layer N" → over local_balance_window tokens
+    local_balance_window: int = 0
     global_balance: dict[str, float] = field(default_factory=dict)
     misses_per_token: dict[float, list[float]] = field(default_factory=dict)  # LRU, m → per layer
+    one_cache_stride: int = 0  # the one-cache model level replayed every n-th sequence; 0: not computed
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +73,8 @@ class ConsistencyReport:
             "srp": {k: [vars(r) for r in v] for k, v in self.srp.items()},
             "hit_rates": {k: [vars(r) for r in v] for k, v in self.hit_rates.items()},
             "local_balance": self.local_balance,
+            "local_balance_window": self.local_balance_window,
+            "one_cache_stride": self.one_cache_stride,
             "global_balance": self.global_balance,
         }
 
@@ -71,6 +83,14 @@ def _basic_ci(point: float, samples: np.ndarray, level: float = 0.95) -> tuple[f
     alpha = (1 - level) / 2
     low, high = np.nanquantile(samples, [alpha, 1 - alpha])
     return float(2 * point - high), float(2 * point - low)
+
+
+def _draws(rng: np.random.Generator, sequences: int, resamples: int) -> np.ndarray:
+    """[B, S] how often each sequence is drawn in each bootstrap resample (none for a single sequence)."""
+    if sequences < 2 or not resamples:
+        return np.zeros((0, sequences))
+    picks = rng.integers(0, sequences, (resamples, sequences))
+    return np.stack([np.bincount(d, minlength=sequences) for d in picks])
 
 
 def _ratio_ci(hits: np.ndarray, accesses: np.ndarray, draws: np.ndarray) -> tuple[float, float, float]:
@@ -102,11 +122,14 @@ def analyse(
         sequences=sequences,
     )
     rng = np.random.default_rng(seed)
-    draws = (
-        np.stack([np.bincount(d, minlength=sequences) for d in rng.integers(0, sequences, (resamples, sequences))])
-        if sequences > 1 and resamples
-        else np.zeros((0, sequences))
-    )
+    draws = _draws(rng, sequences, resamples)
+    shared, shared_draws = None, draws
+    if len(routings) > 1:  # with one layer the one-cache model level is that layer
+        scan = sum(r.events for r in routings) * capacity_for(max(multiples), sum(r.top_k for r in routings))
+        report.one_cache_stride = max(1, -(-scan // ONE_CACHE_BUDGET))
+        # Subsample before joining, so a long trace of a deep model is never copied whole.
+        shared = concatenate([every_nth_sequence(r, report.one_cache_stride) for r in routings])
+        shared_draws = draws if report.one_cache_stride == 1 else _draws(rng, len(shared.lengths), resamples)
     steps = len(windows) + len(windows) + 3
     done = 0
 
@@ -125,8 +148,9 @@ def analyse(
             bootstrap_srp(np.sum(per_layer, axis=0), window, resamples=resamples, seed=seed)
         )
         step(f"SRP at L = {window}")
+    report.local_balance_window = middle_window(windows)
     for name, r in zip(names, routings):
-        report.local_balance[name] = local_balance(r, middle_window(windows))
+        report.local_balance[name] = local_balance(r, report.local_balance_window)
         report.global_balance[name] = global_balance(r)
 
     def add_policy(policy: str, window: int) -> None:
@@ -146,6 +170,12 @@ def analyse(
                 report.misses_per_token[m] = [
                     float((p[i].accesses.sum() - p[i].hits.sum()) / report.tokens) for p in results
                 ]
+        if shared is not None:
+            for res in simulate(shared, policy, list(multiples), lookahead=max(window, 1)):
+                rate, low, high = _ratio_ci(res.hits, res.accesses, shared_draws)
+                report.hit_rates.setdefault(ONE_CACHE, []).append(
+                    HitRate(policy, window, res.multiple, res.capacity, rate, low, high)
+                )
 
     for policy in POLICIES:
         if policy == "sch":

@@ -4,7 +4,7 @@ prediction.
 
 Two ways to hold out:
 
-- by compute **budget** (leave-one-budget-out): can the law extrapolate in C? Also checks whether
+- by compute **budget** (leave-one-budget-out, the card's score): can the law extrapolate in C? Also checks whether
   the law picks the held-out budget's best granularity for each activation ratio;
 - by **configuration** (A, G) across every budget (leave-one-configuration-out): can the law
   predict an MoE shape it was never fitted on?
@@ -90,15 +90,3 @@ def holdout_scores(
             rmse = float(np.sqrt(np.mean(np.square(errors))))
             scores.append(HoldoutScore(variant, rmse, float(np.mean(pct)), hits, scored_g, scored))
     return scores
-
-
-def leave_one_budget_out(
-    leverages: list[Leverage], *, count_shared: bool = False, fit_options: dict[str, Any] | None = None
-) -> list[HoldoutScore]:
-    return holdout_scores(leverages, by="budget", count_shared=count_shared, fit_options=fit_options)
-
-
-def leave_one_configuration_out(
-    leverages: list[Leverage], *, count_shared: bool = False, fit_options: dict[str, Any] | None = None
-) -> list[HoldoutScore]:
-    return holdout_scores(leverages, by="configuration", count_shared=count_shared, fit_options=fit_options)

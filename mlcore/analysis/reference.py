@@ -47,19 +47,22 @@ def brute_force_hits(routing: LayerRouting, policy: str, capacity: int, lookahea
     return hits
 
 
-def brute_force_srp(routing: LayerRouting, window: int) -> float:
-    """max over θ of F1(θ), looping over windows and experts."""
+def brute_force_srp(routings: LayerRouting | list[LayerRouting], window: int) -> float:
+    """max over θ of F1(θ), looping over windows and experts; for several layers, TP, Pred and Act
+    are summed over the layers at one shared θ (the model-level SRP)."""
+    layers = routings if isinstance(routings, list) else [routings]
     best = 0.0
     for theta in range(1, window + 1):
         tp = pred = act = 0
-        for a, b in zip(routing.starts[:-1].tolist(), routing.starts[1:].tolist()):
-            for w in range(a, b - window + 1):
-                block = routing.expert_ids[w : w + window]
-                counts = np.bincount(block[block >= 0], minlength=routing.num_experts)
-                chosen = counts >= theta
-                tp += int(counts[chosen].sum())
-                pred += window * int(chosen.sum())
-                act += int(counts.sum())
+        for routing in layers:
+            for a, b in zip(routing.starts[:-1].tolist(), routing.starts[1:].tolist()):
+                for w in range(a, b - window + 1):
+                    block = routing.expert_ids[w : w + window]
+                    counts = np.bincount(block[block >= 0], minlength=routing.num_experts)
+                    chosen = counts >= theta
+                    tp += int(counts[chosen].sum())
+                    pred += window * int(chosen.sum())
+                    act += int(counts.sum())
         if act:
             best = max(best, 2 * tp / (pred + act))
     return best

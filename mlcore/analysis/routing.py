@@ -2,11 +2,13 @@
 
 A :class:`LayerRouting` is one MoE layer's top-k selections, token after token, with the
 sequence boundaries; :func:`from_trace` turns a :class:`~mlcore.moe.traces.RoutingTrace` into one
-per traced layer, :func:`synthetic` draws reference traces with known answers.
+per traced layer, :func:`concatenate` joins layers into one, :func:`synthetic` draws reference
+traces with known answers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -59,6 +61,28 @@ def from_trace(trace: RoutingTrace) -> list[LayerRouting]:
         LayerRouting(ids.numpy().astype(np.int32), lengths, int(experts))
         for ids, experts in zip(trace.expert_ids, trace.metadata.num_experts)
     ]
+
+
+def concatenate(routings: Sequence[LayerRouting]) -> LayerRouting:
+    """Every layer as one (the method card's model level): expert e of layer l becomes E_0 + … +
+    E_{l−1} + e, and a token selects the top-k sets of all its layers, in forward order, so one
+    cache of m·Σ_l k_l experts serves the whole model."""
+    lengths = routings[0].lengths
+    if any(not np.array_equal(r.lengths, lengths) for r in routings):
+        raise ValueError("every layer must route the same sequences to be concatenated")
+    offsets = np.cumsum([0] + [r.num_experts for r in routings[:-1]])
+    ids = [np.where(r.expert_ids >= 0, r.expert_ids + offset, -1) for r, offset in zip(routings, offsets)]
+    return LayerRouting(np.concatenate(ids, axis=1).astype(np.int32), lengths, sum(r.num_experts for r in routings))
+
+
+def every_nth_sequence(routing: LayerRouting, stride: int) -> LayerRouting:
+    """Sequences 0, stride, 2·stride, … (the method card subsamples SCH traces this way)."""
+    if stride <= 1:
+        return routing
+    starts = routing.starts
+    keep = np.arange(0, len(routing.lengths), stride)
+    rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in keep])
+    return LayerRouting(routing.expert_ids[rows], routing.lengths[keep], routing.num_experts)
 
 
 def synthetic(

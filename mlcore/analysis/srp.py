@@ -10,8 +10,9 @@ S_θ(W) = {e : c_e(W) ≥ θ}, which serves all L tokens:
     Act     = Σ_W Σ_e c_e(W)  (= L·k·#windows)  activations that happened
     F1(θ)   = 2·TP / (Pred + Act),   SRP(L) = max_θ F1(θ).
 
-Everything follows from the histogram h[v] = #{(W, e) : c_e(W) = v}, v = 0..L: TP(θ) and Pred(θ)
-are reverse cumulative sums of v·h[v] and h[v]. A model-level SRP sums the histograms of its
+Everything follows from the histogram h[v] = #{(W, e) : c_e(W) = v}, v = 0..L (built by sliding
+each window one token at a time, numba-compiled): TP(θ) and Pred(θ) are reverse cumulative sums of
+v·h[v] and h[v]. A model-level SRP sums the histograms of its
 layers, so θ is shared across layers. Confidence intervals resample whole sequences (95% basic
 bootstrap: 2·SRP − the percentile bounds).
 """
@@ -48,16 +49,59 @@ def window_counts(routing: LayerRouting, window: int) -> Iterator[tuple[np.ndarr
         yield sequence_of[begin : begin + _CHUNK], cumulative[s + window] - cumulative[s]
 
 
+_kernel = None
+
+
+def _sliding_histograms(ids: np.ndarray, starts: np.ndarray, num_experts: int, window: int) -> np.ndarray:
+    """The numba kernel behind :func:`window_histograms`: slide each window by one token, moving the
+    counts of the experts of the token that leaves and of the one that enters, and keep the histogram
+    of counts up to date, so each step costs O(k + L) instead of O(E) plus a pass over the window."""
+    out = np.zeros((len(starts) - 1, window + 1), dtype=np.int64)
+    counts = np.zeros(num_experts, dtype=np.int64)
+    level = np.zeros(window + 1, dtype=np.int64)
+    k = ids.shape[1]
+    for s in range(len(starts) - 1):
+        begin, end = starts[s], starts[s + 1]
+        if end - begin < window:
+            continue
+        counts[:] = 0
+        for t in range(begin, begin + window):
+            for j in range(k):
+                if ids[t, j] >= 0:
+                    counts[ids[t, j]] += 1
+        level[:] = 0
+        for e in range(num_experts):
+            level[counts[e]] += 1
+        out[s] += level
+        for first in range(begin + 1, end - window + 1):
+            for j in range(k):
+                e = ids[first - 1, j]  # leaves the window
+                if e >= 0:
+                    level[counts[e]] -= 1
+                    counts[e] -= 1
+                    level[counts[e]] += 1
+            for j in range(k):
+                e = ids[first + window - 1, j]  # enters it
+                if e >= 0:
+                    level[counts[e]] -= 1
+                    counts[e] += 1
+                    level[counts[e]] += 1
+            out[s] += level
+    return out
+
+
 def window_histograms(routing: LayerRouting, window: int) -> np.ndarray:
     """[S, L + 1] int64: per sequence, h[v] = #(window, expert) pairs whose count c_e(W) is v.
 
     Sequences shorter than the window contribute no windows.
     """
-    hist = np.zeros((len(routing.lengths), window + 1), dtype=np.int64)
-    for sequence_of, c in window_counts(routing, window):
-        keys = sequence_of[:, None] * (window + 1) + c
-        hist += np.bincount(keys.reshape(-1), minlength=hist.size).reshape(hist.shape)
-    return hist
+    global _kernel
+    if _kernel is None:  # compiled on first use (cached on disk by numba), so importing stays cheap
+        import numba
+
+        _kernel = numba.njit(cache=True, nogil=True)(_sliding_histograms)
+    ids = np.ascontiguousarray(routing.expert_ids, dtype=np.int64)
+    return _kernel(ids, routing.starts, routing.num_experts, window)
 
 
 def f1_curve(hist: np.ndarray, window: int) -> np.ndarray:

@@ -3,8 +3,10 @@
 Takes the law's constants from a fit to your own runs (a CSV, schema in
 :mod:`mlcore.analysis.runs`), from the project's bundled toy-scale fit (``make bench-el``), or as
 numbers you supply, and reports for a proposed architecture: EL, the loss-matched dense model,
-the compute saving, parameters and bytes per device, and expert-offloading traffic; with charts
-of EL against the activation ratio, the granularity and the compute budget.
+the compute saving, parameters and bytes per device, and serving with experts offloaded (device
+memory, transfer per token and decode speed, from the LRU and SCH hit rates of a
+``routing-analysis`` report, :mod:`mlcore.analysis.plan`); with charts of EL against the
+activation ratio, the granularity and the compute budget.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ spec = JobSpec(
     name="moe-planner",
     title="Plan an MoE configuration (Efficiency Leverage)",
     summary="Predict an MoE's compute leverage over dense models, its dense equivalent, memory and offload traffic.",
-    version=1,
+    version=2,
     queue="cpu",
     soft_time_limit=900,
     time_limit=960,
@@ -82,12 +84,40 @@ spec = JobSpec(
         Float(name="tokens", default=1e11, min=1e3, max=1e15, help="Training tokens."),
         Choice(name="bytes_per_param", default="2", options=("1", "2", "4"), help="Bytes per weight when serving."),
         Int(name="devices", default=1, min=1, max=4096, help="Devices sharing the experts (expert parallelism)."),
+        File(
+            name="routing_report",
+            formats=("json",),
+            max_bytes=20 * 2**20,
+            help="report.json of a routing-analysis job: its LRU and SCH hit rates at the cache size below give "
+            "the offloading traffic (instead of the hit rate typed below).",
+        ),
+        Float(
+            name="cache_multiple",
+            default=2.0,
+            min=1,
+            max=64,
+            help="Experts cached per layer when offloading, as a multiple m of the active experts (m·k).",
+        ),
         Float(
             name="cache_hit_rate",
             default=0.5,
             min=0,
             max=1,
-            help="Expert-cache hit rate when offloading (a routing-analysis job's recommendation).",
+            help="Expert-cache hit rate when offloading, if no routing-analysis report is uploaded.",
+        ),
+        Float(
+            name="link_gb_per_s",
+            default=25.0,
+            min=0.01,
+            max=1e5,
+            help="Host-to-device bandwidth for expert transfers, GB/s (PCIe 4.0 x16 ≈ 25).",
+        ),
+        Float(
+            name="memory_gb_per_s",
+            default=1000.0,
+            min=0.01,
+            max=1e6,
+            help="Device memory bandwidth, GB/s (batch-1 decoding reads every active weight once per token).",
         ),
         Int(name="resamples", default=200, min=0, max=2000, help="Bootstrap resamples for the fit's CIs."),
         Seed(name="seed"),
@@ -97,8 +127,9 @@ spec = JobSpec(
         "EL > 1 means the MoE reaches a dense model's loss with EL times less training compute; the "
         "'dense equivalent' is the compute-optimal dense model (Chinchilla rule) with that compute. Constants "
         "fitted on toy models must not be extrapolated to large models: the source of the constants is shown "
-        "with every prediction. Held-out errors compare the law with simpler baselines on budgets left out of "
-        "the fit; G* is the best granularity (it exists when γ < 0)."
+        "with every prediction. Held-out errors compare the law with simpler baselines on budgets and on (A, G) "
+        "configurations left out of the fit; G* is the best granularity (it exists when γ < 0). Upload a "
+        "routing-analysis report.json to plan offloading from measured LRU and SCH hit rates."
     ),
     sample={"constants": "bundled", "d_model": 512, "layers": 8, "experts": 32, "top_k": 4, "d_expert": 256, "seed": 0},
     summarize=_summarize,
@@ -130,7 +161,7 @@ def _constants(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) 
 
 def _fit_runs(params: dict[str, Any], path: Path, ctx: JobContext) -> Any:
     from mlcore.analysis.el import fit_law, log_leverage
-    from mlcore.analysis.el_holdout import arrays, leave_one_budget_out
+    from mlcore.analysis.el_holdout import arrays, holdout_scores
     from mlcore.analysis.runs import RunsError, measured_leverage, read_runs
     from mlcore.charts import scatter
 
@@ -147,19 +178,27 @@ def _fit_runs(params: dict[str, Any], path: Path, ctx: JobContext) -> Any:
         fit = fit_law(
             A, G, C, EL, resamples=params["resamples"], seed=params["seed"], source=f"fitted on {path.name}", **options
         )
-        scores = leave_one_budget_out(leverages, count_shared=params["count_shared"], fit_options=options)
     except ValueError as exc:
         raise JobError(f"Runs table: {exc}.") from None
-    ctx.raise_if_cancelled()
     for name, (low, high) in fit.intervals.items():
         ctx.metric(f"fit/{name}", getattr(fit.constants, name))
         ctx.log(f"{name} = {getattr(fit.constants, name):.4g}  (95% CI {low:.4g} … {high:.4g})")
-    for s in scores:
-        ctx.metric(f"holdout/{s.variant}/rmse_log_el", s.rmse_log_el)
-        ctx.log(
-            f"held-out budgets, {s.variant}: RMSE ln EL {s.rmse_log_el:.4f}, "
-            f"best G picked {s.best_g_hits}/{s.best_g_groups}"
-        )
+    holdout: dict[str, list[dict[str, Any]]] = {}
+    for by, label in (("budget", "budgets"), ("configuration", "configurations (A, G)")):
+        ctx.raise_if_cancelled()
+        try:
+            scores = holdout_scores(leverages, by=by, count_shared=params["count_shared"], fit_options=options)
+        except ValueError as exc:
+            ctx.log(f"no held-out {label} check: {exc}")  # the fit itself stands; only its check is missing
+            continue
+        holdout[by] = [vars(s) for s in scores]
+        for s in scores:
+            ctx.metric(f"holdout-{by}/{s.variant}/rmse_log_el", s.rmse_log_el)
+            picked = f", best G picked {s.best_g_hits}/{s.best_g_groups}" if by == "budget" else ""
+            ctx.log(
+                f"held-out {label}, {s.variant}: RMSE ln EL {s.rmse_log_el:.4f}, "
+                f"mean |EL error| {s.mean_abs_pct_error:.1%}{picked}"
+            )
     predicted = log_leverage(A, G, C, fit.constants)
     rows = [
         {"run": x.run.name, "observed EL": float(x.el), "predicted EL": math.exp(float(p)), "budget": x.budget}
@@ -178,16 +217,17 @@ def _fit_runs(params: dict[str, Any], path: Path, ctx: JobContext) -> Any:
         ),
     )
     (ctx.workdir / "fit.json").write_text(
-        json.dumps({"fit": fit.to_json(), "dense_law": vars(law), "holdout": [vars(s) for s in scores]}, indent=1)
+        json.dumps({"fit": fit.to_json(), "dense_law": vars(law), "holdout": holdout}, indent=1)
     )
     ctx.artifact("fit.json", ctx.workdir / "fit.json", "application/json")
     return fit.constants, [float(C.min()), float(C.max())]
 
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    from mlcore.analysis.plan import Architecture, plan
+    from mlcore.analysis.plan import Architecture, Serving, plan, rate_at
 
     ctx.progress(0.0, "loading constants")
+    curves = _routing_curves(params, inputs, ctx)  # before the fit, so a bad report fails at once
     constants, fitted_range = _constants(params, inputs, ctx)
     arch = Architecture(
         d_model=params["d_model"],
@@ -200,14 +240,17 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     )
     ctx.raise_if_cancelled()
     ctx.progress(0.8, "planning")
-    result = plan(
-        arch,
-        constants,
-        count_shared=params["count_shared"],
+    m = params["cache_multiple"]
+    serving = Serving(
         bytes_per_param=int(params["bytes_per_param"]),
         devices=params["devices"],
-        cache_hit_rate=params["cache_hit_rate"],
+        cache_multiple=m,
+        hit_rate=rate_at(curves["lru"], m) if curves else params["cache_hit_rate"],
+        sch_hit_rate=rate_at(curves["sch"], m) if curves else None,
+        link_bytes_per_s=params["link_gb_per_s"] * 1e9,
+        memory_bytes_per_s=params["memory_gb_per_s"] * 1e9,
     )
+    result = plan(arch, constants, serving, count_shared=params["count_shared"])
     for name, value in result.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
             ctx.metric(name, value)
@@ -216,13 +259,68 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         f"FLOPs → EL {result['efficiency_leverage']:.3g} ({constants.source}); loss-matched dense model "
         f"≈ {result['dense_equivalent_params'] / 1e6:.3g}M parameters, compute saving {result['compute_saving']:.1%}"
     )
+    if "best_granularity_d_expert" in result:
+        ctx.log(
+            f"the law's best granularity G* = {result['best_granularity']:.3g}: experts of width "
+            f"{result['best_granularity_d_expert']:.4g} give EL {result['efficiency_leverage_at_best_granularity']:.3g}"
+        )
+    ctx.log(
+        f"offloading with {result['cached_experts_per_layer']} experts cached per layer "
+        f"({result['offload_device_bytes'] / 2**30:.3g} GiB on the device): hit rate "
+        f"{result['offload_hit_rate']:.1%}, {result['offload_bytes_per_token'] / 2**20:.3g} MiB moved per token, "
+        f"decode ≈ {result['decode_tokens_per_s_offloaded']:.3g} tokens/s "
+        f"(all experts resident: {result['decode_tokens_per_s_resident']:.3g})"
+    )
     if fitted_range is not None:
         _warn_if_extrapolating(ctx, result["training_flops"], fitted_range)
     _sweep_charts(ctx, arch, constants, params["count_shared"])
+    if curves:
+        _offload_chart(ctx, arch, serving, curves)
     (ctx.workdir / "plan.json").write_text(json.dumps({"plan": result, "constants": constants.to_json()}, indent=1))
     ctx.artifact("plan.json", ctx.workdir / "plan.json", "application/json")
     ctx.progress(1.0, "done")
     return {"efficiency_leverage": result["efficiency_leverage"]}
+
+
+def _routing_curves(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any] | None:
+    """The model-level hit-rate curves of an uploaded routing-analysis report, or ``None``."""
+    if "routing_report" not in inputs:
+        return None
+    from mlcore.analysis.plan import ReportError, rate_at, report_hit_rates
+
+    path = Path(inputs["routing_report"])
+    try:
+        curves, look = report_hit_rates(json.loads(path.read_text(encoding="utf-8")))
+        for policy in ("lru", "sch"):
+            rate_at(curves[policy], params["cache_multiple"])
+    except (ReportError, ValueError) as exc:
+        raise JobError(f"Routing report: {exc}.") from None
+    ctx.log(f"offloading hit rates from {path.name}: LRU expected, SCH(L = {look}) as the look-ahead bound")
+    return curves
+
+
+def _offload_chart(ctx: JobContext, arch: Any, serving: Any, curves: dict[str, Any]) -> None:
+    """Transfer per token against cache size, for each policy the routing report measured."""
+    from mlcore.charts import line_chart
+
+    expert_bytes = arch.expert_params * serving.bytes_per_param
+    rows = [
+        {"m": m, "MiB per token": arch.misses_per_token(rate) * expert_bytes / 2**20, "policy": policy.upper()}
+        for policy, curve in curves.items()
+        for m, rate in curve
+    ]
+    ctx.chart(
+        "offload-traffic",
+        line_chart(
+            "Expert transfer per token vs cache size (hit rates from the routing report)",
+            rows,
+            x="m",
+            y="MiB per token",
+            color="policy",
+            x_title="Experts cached per layer (× active experts)",
+            y_title="Expert weights moved per token (MiB)",
+        ),
+    )
 
 
 def _warn_if_extrapolating(ctx: JobContext, compute: float, fitted_range: list[float]) -> None:

@@ -15,13 +15,14 @@ from typing import Any
 
 from mlcore.jobs import Dataset, File, Float, Int, JobContext, JobError, JobSpec, Model, Numbers, Seed
 
-MAX_TOKENS = 1_000_000
+#: The method card's default evaluation, 2,048 samples × 512 tokens, is the most one job records.
+MAX_TOKENS = 2048 * 512
 
 
 def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
     errors = []
     if p["samples"] * p["seq_len"] > MAX_TOKENS:
-        errors.append(("samples", f"samples × sequence length may not exceed {MAX_TOKENS} tokens."))
+        errors.append(("samples", f"samples × sequence length may not exceed {MAX_TOKENS:,} tokens."))
     if any(m < 1 for m in p["multiples"]):
         errors.append(("multiples", "A cache must hold at least the active experts: use multiples ≥ 1."))
     return errors
@@ -209,13 +210,36 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     )
     advice = recommend(report, expert_bytes)
     ctx.log(advice.sentence())
+    _log_one_cache(ctx, report, advice.multiple)
     _publish(ctx, report, advice)
     ctx.progress(1.0, "done")
     return {"recommended_multiple": advice.multiple, "hit_rate": advice.hit_rate}
 
 
+def _log_one_cache(ctx: JobContext, report: Any, multiple: float) -> None:
+    """The method card's model level beside the per-layer caches: one cache shared by every layer."""
+    from mlcore.analysis.consistency import ONE_CACHE
+
+    if ONE_CACHE not in report.hit_rates:
+        return
+    look = report.local_balance_window
+    rates = {
+        (scope, h.policy): h
+        for scope in ("model", ONE_CACHE)
+        for h in report.hit_rates[scope]
+        if h.multiple == multiple and h.window in (0, look)
+    }
+    shared = rates[(ONE_CACHE, "lru")].capacity
+    sampled = f", every {report.one_cache_stride}th sequence" if report.one_cache_stride > 1 else ""
+    ctx.log(
+        f"one cache of {shared} experts shared by all layers (the card's model level{sampled}): "
+        f"LRU {rates[(ONE_CACHE, 'lru')].rate:.1%}, SCH(L = {look}) {rates[(ONE_CACHE, 'sch')].rate:.1%}; "
+        f"per-layer caches of {multiple:g}× their active experts: LRU {rates[('model', 'lru')].rate:.1%}, "
+        f"SCH {rates[('model', 'sch')].rate:.1%}"
+    )
+
+
 def _publish(ctx: JobContext, report: Any, advice: Any) -> None:
-    from mlcore.analysis.consistency import middle_window
     from mlcore.charts import heatmap, line_chart, scatter
 
     for r in report.srp["model"]:
@@ -274,7 +298,7 @@ def _publish(ctx: JobContext, report: Any, advice: Any) -> None:
     layer_srp = [
         {"layer": scope.removeprefix("layer "), "L": r.window, "SRP": r.srp}
         for scope, results in report.srp.items()
-        if scope != "model"
+        if scope.startswith("layer ")
         for r in results
     ]
     ctx.chart(
@@ -290,11 +314,11 @@ def _publish(ctx: JobContext, report: Any, advice: Any) -> None:
             value_title="SRP",
         ),
     )
-    look = middle_window([r.window for r in report.srp["model"]])
+    look = report.local_balance_window  # the median segment length: SCH heatmap and balance use the same L
     layer_sch = [
         {"layer": scope.removeprefix("layer "), "m": h.multiple, "SCH": h.rate}
         for scope, rates in report.hit_rates.items()
-        if scope != "model"
+        if scope.startswith("layer ")
         for h in rates
         if h.policy == "sch" and h.window == look
     ]

@@ -4,6 +4,11 @@ used first out. Django-free, so it is tested (and could be reused) without a dat
 Items are immutable, so an entry never goes stale: a hit is a hit. A ``.complete`` marker makes an
 interrupted fill start again; its mtime is the entry's last use. A lock file serialises workers
 on one host, so two fills of one item never race and eviction never removes a folder mid-fill.
+
+Inside :func:`leases` (the worker wraps each job in it), every entry handed out is also held with
+a shared ``flock`` on its ``.lease`` file until the job ends, and eviction skips entries it cannot
+lock exclusively: a sibling worker process filling the cache never deletes a model or dataset a
+running job still reads. The cache may then exceed its bound until those jobs end.
 """
 
 from __future__ import annotations
@@ -14,11 +19,49 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
+from typing import IO
 
 _COMPLETE = ".complete"
 _SIZE = ".size"
 _DATA = "data"
+_LEASE = ".lease"
+
+#: The lease handles of the job running in this context; ``None`` outside :func:`leases`.
+_held: ContextVar[list[IO[bytes]] | None] = ContextVar("library_cache_leases", default=None)
+
+
+@contextmanager
+def leases() -> Iterator[None]:
+    """Hold every entry handed out in this block against eviction until the block ends."""
+    held: list[IO[bytes]] = []
+    token = _held.set(held)
+    try:
+        yield
+    finally:
+        _held.reset(token)
+        for handle in held:
+            handle.close()  # closing the file releases its flock
+
+
+def _take_lease(entry: Path) -> None:
+    held = _held.get()
+    if held is not None:
+        handle = (entry / _LEASE).open("ab")
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        held.append(handle)
+
+
+def _remove_unless_leased(entry: Path) -> bool:
+    """Delete ``entry`` unless a job holds it; flock conflicts between open files, even in one process."""
+    with (entry / _LEASE).open("ab") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        shutil.rmtree(entry, ignore_errors=True)
+        return True
 
 
 def _mark_used(marker: Path) -> None:
@@ -55,6 +98,7 @@ class LibraryCache:
         with self._locked():
             if (entry / _COMPLETE).exists():
                 _mark_used(entry / _COMPLETE)
+                _take_lease(entry)
                 return self._data(entry)
             shutil.rmtree(entry, ignore_errors=True)
             (entry / _DATA).mkdir(parents=True)
@@ -67,6 +111,7 @@ class LibraryCache:
             (entry / _SIZE).write_text(f"{folder_bytes(entry / _DATA)}\n{relative}\n")
             (entry / _COMPLETE).touch()
             _mark_used(entry / _COMPLETE)
+            _take_lease(entry)
             self._evict(keep=key)
             return self._data(entry)
 
@@ -95,5 +140,5 @@ class LibraryCache:
                 break
             if key == keep:
                 continue  # the item a job is about to use stays, even when it alone exceeds the cap
-            shutil.rmtree(self.root / key, ignore_errors=True)
-            total -= size
+            if _remove_unless_leased(self.root / key):
+                total -= size

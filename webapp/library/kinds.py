@@ -10,6 +10,8 @@ MODEL_KINDS: tuple[str, ...] = (
     "watermark-markers",
     "pointcloud-segmenter",
     "video-dit",
+    "tiny-encoder",
+    "moe-task-classifier",
 )
 DATASET_KINDS: tuple[str, ...] = ("text", "images", "pointclouds", "graphs", "routing-trace")
 ALL_KINDS: tuple[str, ...] = (*MODEL_KINDS, *DATASET_KINDS)

@@ -12,9 +12,10 @@ from django.conf import settings
 from django.core.files import File
 from django.http import FileResponse
 
+from mlcore.jobs.spec import JobError
 from webapp.library.cache import LibraryCache
 from webapp.library.models import LibraryItem
-from webapp.library.validation import unpack_item
+from webapp.library.validation import check_tree, files_of, tree_sha256, unpack_item
 
 #: Fixed member timestamps: the same directory always zips to the same bytes, hence the same sha256.
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -66,10 +67,44 @@ def worker_cache() -> LibraryCache:
     return LibraryCache(settings.LIBRARY_CACHE_DIR, settings.LIBRARY_CACHE_BYTES)
 
 
+def _stat_signature(root: Path) -> str:
+    """A cheap fingerprint of a tree (paths, sizes, mtimes): unchanged means no need to hash again."""
+    digest = hashlib.sha256()
+    for path in files_of(root):
+        stat = path.stat()
+        digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def verified_worker_path(item: LibraryItem) -> Path:
+    """The item's worker path, after proving it still holds the content validated (items are immutable).
+
+    Hashing a multi-GB checkpoint for every job would be slow, so each host remembers the stat
+    signature it last verified and hashes again only when sizes or mtimes moved.
+    """
+    root = Path(item.worker_path)
+    if not root.exists():
+        raise JobError(f"{item.name}: {root} does not exist on this worker; every worker needs the registered path.")
+    check_tree(root)
+    signature = _stat_signature(root)
+    stamp = Path(settings.LIBRARY_CACHE_DIR) / "verified-paths" / item.sha256
+    if stamp.is_file() and stamp.read_text() == signature:
+        return root
+    if tree_sha256(root) != item.sha256:
+        raise JobError(
+            f"{item.name}: {root} changed on this worker since it was registered. Library items never change; "
+            "register the new content as a new item (or restore the old one)."
+        )
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(signature)
+    return root
+
+
 def local_copy(item: LibraryItem) -> Path:
-    """A local directory holding a ready item: its worker path, or its blob fetched once into the cache."""
+    """A local directory holding a ready item: its (verified) worker path, or its blob fetched once
+    into the cache."""
     if item.worker_path:
-        return Path(item.worker_path)
+        return verified_worker_path(item)
 
     def fill(folder: Path) -> Path:
         blob = download_blob(item, folder.parent / "blob" / Path(item.file.name).name)

@@ -83,7 +83,12 @@ def test_the_findings_compare_each_variant_with_the_control():
             for policy in ("lru", "belady")
             for m, r in zip((1, 2, 4), lru)
         ]
-        return {"srp": {"model": srp}, "hit_rates": {"model": rates}, "local_balance": {"layer 0": local}}
+        return {
+            "srp": {"model": srp},
+            "hit_rates": {"model": rates},
+            "local_balance": {"layer 0": local},
+            "local_balance_window": 16,
+        }
 
     control = {"name": "control", "reports": {"text": fake(0.5, [0.3, 0.6, 0.7], 0.8)}}
     stronger = {"name": "balance-0.1", "reports": {"text": fake(0.45, [0.3, 0.4, 0.9], 0.9)}}
@@ -92,6 +97,7 @@ def test_the_findings_compare_each_variant_with_the_control():
     assert lines[0].endswith("LRU hit rate at m=2 -0.200 (CIs separate) — expected lower SRP: as expected.")
     # LRU gains per unit m: 1→2 mean(0.3, 0.1) = 0.2; 2→4 mean(0.05, 0.25) = 0.15.
     assert lines[1].startswith("- Knee (LRU): mean hit-rate gain per unit m is 0.200 from m=1→2 and 0.150 from m=2→4")
+    assert lines[-1].startswith("- Local balance vs SRP over the same 16-token windows across the 2 variant/text")
     assert lines[-1].endswith("Pearson r = -1.00 (the paper: strongly negative).")
     shared = {"name": "shared-expert", "reports": {"text": fake(0.55, [0.3, 0.6, 0.7], 0.7)}}
     dense = {"name": "dense-first", "reports": {"text": fake(0.505, [0.3, 0.6, 0.7], 0.75)}}

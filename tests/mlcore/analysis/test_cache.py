@@ -40,9 +40,10 @@ def test_no_policy_beats_belady(seed: int) -> None:
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_cache_holding_every_expert_only_misses_compulsorily(policy: str) -> None:
     routing = _trace("random", seed=2, experts=6, top_k=2)
-    (result,) = simulate(routing, policy, [3])  # capacity 6 = every expert
-    assert result.capacity == 6
-    assert int(result.accesses.sum() - result.hits.sum()) == compulsory_misses(routing)
+    results = simulate(routing, policy, [3, 4, 10])  # capacity 6 = every expert, then more than every expert
+    assert [r.capacity for r in results] == [6, 8, 20]
+    for result in results:
+        assert int(result.accesses.sum() - result.hits.sum()) == compulsory_misses(routing)
 
 
 def test_hit_rates_grow_with_capacity_for_belady() -> None:

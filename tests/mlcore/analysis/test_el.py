@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mlcore.analysis.el import ELConstants, fit_dense_law, fit_law, leverage, transformed
-from mlcore.analysis.el_holdout import leave_one_budget_out
+from mlcore.analysis.el_holdout import holdout_scores
 from mlcore.analysis.runs import RunsError, measured_leverage, parse_row, read_runs, write_runs
 from tests.mlcore.analysis.synthetic_el import ACTIVATIONS, BUDGETS, TRUE, synthetic_grid, synthetic_runs
 
@@ -65,7 +65,7 @@ def test_measured_leverage_inverts_the_dense_law_and_the_full_law_predicts_held_
     assert first.el == pytest.approx(
         float(leverage(first.run.activation(), first.run.granularity, first.run.flops, TRUE)[0]), rel=1e-6
     )
-    scores = {s.variant: s for s in leave_one_budget_out(leverages)}
+    scores = {s.variant: s for s in holdout_scores(leverages, by="budget")}
     assert scores["full"].rmse_log_el < 1e-3
     assert scores["full"].rmse_log_el < scores["no-granularity"].rmse_log_el < scores["naive"].rmse_log_el
     assert scores["full"].best_g_hits == scores["full"].best_g_groups > 0

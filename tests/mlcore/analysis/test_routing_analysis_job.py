@@ -1,13 +1,15 @@
 import json
 
+import numpy as np
 import pytest
-import torch
 
+from mlcore.analysis.routing import LayerRouting, synthetic
 from mlcore.jobs import InMemoryContext
 from mlcore.jobs.references import LocalResolver
 from mlcore.jobs.registry import get_kind
 from mlcore.jobs.runner import execute, prepare
-from mlcore.moe.traces import RoutingTrace, TraceMetadata
+from mlcore.moe.traces import RoutingTrace
+from tests.mlcore.analysis.trace_files import write_trace
 
 FAST = {"samples": 6, "seq_len": 64, "windows": "4,16", "multiples": "1,2,4", "resamples": 50, "seed": 0}
 
@@ -20,21 +22,9 @@ def run(raw, files=None, ctx=None):
 
 
 def _constant_trace(path, layers: int = 2):
-    ids = torch.tensor([[1, 3]] * 120, dtype=torch.int32)
-    trace = RoutingTrace(
-        TraceMetadata(
-            model="constant",
-            layers=tuple(range(layers)),
-            num_experts=(8,) * layers,
-            top_k=(2,) * layers,
-            shared_experts=(0,) * layers,
-        ),
-        expert_ids=[ids.clone() for _ in range(layers)],
-        gate_weights=[torch.full((120, 2), 0.5) for _ in range(layers)],
-        sequence_lengths=torch.tensor([40, 40, 40]),
-    )
-    trace.save(path)
-    return path
+    """Every token picks experts 1 and 3; three sequences of 40 tokens."""
+    ids = np.array([[1, 3]] * 120, dtype=np.int32)
+    return write_trace(path, [LayerRouting(ids, np.array([40, 40, 40]), 8) for _ in range(layers)], "constant")
 
 
 def test_it_records_and_analyses_the_zoo_model_end_to_end():
@@ -49,6 +39,18 @@ def test_it_records_and_analyses_the_zoo_model_end_to_end():
         assert scalars[f"lru_m{m}"] <= scalars[f"belady_m{m}"] + 1e-12
         assert scalars[f"sch_L16_m{m}"] <= scalars[f"belady_m{m}"] + 1e-12
     assert scalars["transfer_bytes_per_token"] > 0
+    # Per-layer heatmaps: one cell per layer and segment length (SRP) or capacity (SCH), values as in the report.
+    cells = {(row["layer"], row["L"]): row["SRP"] for row in ctx.charts["srp-per-layer"]["data"]["values"]}
+    assert set(cells) == {(str(layer), w) for layer in report["layers"] for w in (4, 16)}
+    layer = report["layers"][1]
+    assert cells[(str(layer), 16)] == next(r["srp"] for r in report["srp"][f"layer {layer}"] if r["window"] == 16)
+    sch = {(row["layer"], row["m"]) for row in ctx.charts["sch-per-layer"]["data"]["values"]}
+    assert sch == {(str(layer), m) for layer in report["layers"] for m in (1, 2, 4)}
+    # The method card's model level, one cache of m × (4 layers × top-2) experts, is reported beside it.
+    one_cache = [h for h in report["hit_rates"]["model (one cache)"] if h["policy"] == "lru"]
+    assert [h["capacity"] for h in one_cache] == [8, 16, 32]
+    assert any(line.startswith("one cache of ") for line in ctx.lines)
+    assert "\nmodel (one cache),belady,0,2,16," in ctx.artifacts["hit_rates.csv"].path.read_text()
     assert "Cache" in report["recommendation"]["sentence"]
     # The recorded trace is offered back as a file that reloads.
     assert RoutingTrace.load(ctx.artifacts["routing_trace.safetensors"].path).num_tokens == 6 * 64
@@ -62,6 +64,26 @@ def test_an_uploaded_constant_trace_has_srp_one_and_only_compulsory_misses(tmp_p
     # Two compulsory misses per sequence and layer out of 80 accesses.
     assert ctx.metrics.scalars["lru_m1"] == pytest.approx(78 / 80)
     assert ctx.metrics.scalars["recommended_multiple"] == 1
+
+
+def test_an_uploaded_trace_of_long_sequences_gets_every_default_segment_length_and_capacity(tmp_path):
+    routings = [
+        synthetic("sticky", tokens=1200, num_experts=16, top_k=2, sequence_length=300, seed=layer, stay=0.9)
+        for layer in range(2)
+    ]
+    path = write_trace(tmp_path / "trace.safetensors", routings)
+    outcome, ctx = run({"windows": "4,16,64,256", "multiples": "1,1.5,2,3,4"}, {"trace": [path]})
+    assert outcome.status == "succeeded", outcome.traceback
+    scalars = ctx.metrics.scalars
+    srp = [scalars[f"srp_L{w}"] for w in (4, 16, 64, 256)]
+    assert srp == sorted(srp, reverse=True) and 0 < srp[-1] < 1
+    for m in ("1", "1.5", "2", "3", "4"):
+        assert scalars[f"sch_L256_m{m}"] <= scalars[f"belady_m{m}"] + 1e-12
+        assert scalars[f"lru_m{m}"] <= scalars[f"belady_m{m}"] + 1e-12
+    # Without expert sizes the recommendation still names the cache size and says the bytes are unknown.
+    assert "transfer_bytes_per_token" not in scalars
+    report = json.loads(ctx.artifacts["report.json"].path.read_text())
+    assert "transfer bytes unknown" in report["recommendation"]["sentence"]
 
 
 def test_a_damaged_trace_is_refused_with_a_clear_message(tmp_path):
@@ -99,3 +121,12 @@ def test_capacities_below_the_active_experts_fail_validation():
 
     with pytest.raises(ValidationError, match="multiples"):
         get_kind("routing-analysis").spec.clean({"multiples": "0.5,1"})
+
+
+def test_the_method_card_s_default_of_2048_sequences_of_512_tokens_is_the_largest_accepted():
+    from mlcore.jobs.spec import ValidationError
+
+    spec = get_kind("routing-analysis").spec
+    assert spec.clean({"samples": 2048, "seq_len": 512})["samples"] == 2048
+    with pytest.raises(ValidationError, match="may not exceed 1,048,576 tokens"):
+        spec.clean({"samples": 2049, "seq_len": 512})

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextvars
 from pathlib import Path
 
 import pytest
 
-from webapp.library.cache import LibraryCache
+from webapp.library.cache import LibraryCache, leases
 
 
 def filler(size: int, calls: list[str]):
@@ -57,3 +58,28 @@ def test_a_failed_fetch_leaves_nothing_behind(tmp_path: Path) -> None:
 def test_it_refuses_a_key_that_is_not_a_digest(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="sha256"):
         LibraryCache(tmp_path, max_bytes=10).get("../etc", filler(1, []))
+
+
+def test_it_never_evicts_an_item_that_a_running_job_holds(tmp_path: Path) -> None:
+    # Two worker processes on one host share the cache. flock makes each open file a holder of its
+    # own, so a second cache object, run outside the job's context, behaves like a sibling process.
+    running_job, sibling = LibraryCache(tmp_path, max_bytes=2000), LibraryCache(tmp_path, max_bytes=2000)
+
+    def sibling_gets(n: int) -> Path:
+        return contextvars.Context().run(sibling.get, key(n), filler(1000, []))
+
+    with leases():
+        held = running_job.get(key(1), filler(1000, []))
+        sibling_gets(2)
+        sibling_gets(3)  # over the bound: the least recently used is item 1, but the job holds it
+        assert (held / "blob").exists()
+        assert [k for k, _, _ in sibling.entries()] == [key(1), key(3)]
+    sibling_gets(4)  # the job is over: item 1 goes now
+    assert [k for k, _, _ in sibling.entries()] == [key(3), key(4)]
+
+
+def test_outside_a_job_nothing_is_held(tmp_path: Path) -> None:
+    cache = LibraryCache(tmp_path, max_bytes=1000)
+    cache.get(key(1), filler(1000, []))
+    cache.get(key(2), filler(1000, []))
+    assert [k for k, _, _ in cache.entries()] == [key(2)]

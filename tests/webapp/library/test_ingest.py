@@ -53,7 +53,7 @@ def test_it_accepts_a_tiny_hf_moe_checkpoint_and_writes_its_card(add_item: AddIt
 def test_it_refuses_a_pickle_only_checkpoint(add_item: AddItem, tiny_moe: Path) -> None:
     files = {"config.json": (tiny_moe / "config.json").read_bytes(), "pytorch_model.bin": b"\x80\x04pickle"}
     item = add_item(zip_bytes(files), kind="hf-moe-lm", filename="pickled.zip")
-    assert_refused(item, "no safetensors weights", "pytorch_model.bin", "convert the checkpoint to safetensors")
+    assert_refused(item, "pytorch_model.bin is a pickle", "convert the checkpoint to safetensors")
 
 
 def test_it_refuses_a_checkpoint_that_is_not_an_moe_language_model(add_item: AddItem, tiny_moe: Path) -> None:

@@ -3,6 +3,9 @@ ways (the new item was made by the job; the job used the old item)."""
 
 from __future__ import annotations
 
+import fcntl
+from pathlib import Path
+
 import pytest
 from django.contrib.auth.models import User
 
@@ -20,7 +23,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_a_job_consumes_a_library_item_and_registers_a_new_one(
-    celery_worker, team: Team, owner: User, add_item: AddItem
+    celery_worker, team: Team, owner: User, add_item: AddItem, library_dirs: Path
 ) -> None:
     corpus = add_item(b"experts\nrouters\n\ngates\n", name="tiny corpus", filename="tiny.txt")
     job = job_services.job_submit(
@@ -34,6 +37,11 @@ def test_a_job_consumes_a_library_item_and_registers_a_new_one(
     with made.file.open("rb") as f:
         assert f.read() == b"tiny.txt 3\n"
     assert list(corpus.uses.values_list("job", flat=True)) == [job.pk]
+    # The job held its input in the worker's cache while it ran (a lease), and let go at the end.
+    lease_file = library_dirs / "cache" / corpus.sha256 / ".lease"
+    assert lease_file.exists()
+    with lease_file.open("ab") as lease:
+        fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)  # would raise BlockingIOError if still held
     assert f"added summary.txt to the team library as {made.reference}" in job.log_tail
 
     # The new item feeds the next job, which is recorded as its user.

@@ -14,12 +14,12 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from tests.webapp.api.conftest import ApiClient
-from tests.webapp.views.helpers import post
+from tests.webapp.views.helpers import CSRF, post
 from tests.webapp.views.test_permissions import Case
 from webapp.accounts.models import Team
 from webapp.jobs.models import Job
 from webapp.library import services
-from webapp.library.models import LibraryItem
+from webapp.library.models import ChunkedUpload, LibraryItem
 
 pytestmark = pytest.mark.django_db
 ROLES = ("owner", "member", "viewer", "outsider", "anonymous")
@@ -104,6 +104,12 @@ API = [
     ),
     Case("upload state", "get", lambda w: f"/api/v1/library/uploads/{w['upload'].pk}", expect(200, 404, 404, 404, 401)),
     Case(
+        "complete an upload",
+        "post",
+        lambda w: f"/api/v1/library/uploads/{w['upload'].pk}/complete",
+        expect(422, 404, 404, 404, 401),
+    ),
+    Case(
         "promote an artifact",
         "post",
         lambda w: "/api/v1/library/promote",
@@ -136,6 +142,37 @@ def test_each_role_gets_what_its_role_allows_in_the_api(
     assert response.status_code == case.expected[role], response.content[:300]
     if response.status_code >= 400:
         assert "detail" in response.json()
+
+
+#: Chunks: only the uploader may append, and nobody else's attempt changes what the upload holds.
+CHUNK = expect(200, 404, 404)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_only_the_uploader_sends_chunks_from_the_page(role: str, world: dict[str, Any]) -> None:
+    client = Client(enforce_csrf_checks=True)
+    if role != "anonymous":
+        client.force_login(world[role])
+    client.cookies["csrftoken"] = CSRF
+    upload = world["upload"]
+    response = client.post(
+        f"/library/uploads/{upload.pk}/chunk?offset=5", b"world", "application/octet-stream", HTTP_X_CSRFTOKEN=CSRF
+    )
+    assert response.status_code == CHUNK[role]
+    assert ChunkedUpload.objects.get(pk=upload.pk).received == (10 if role == "owner" else 5)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_only_the_uploader_sends_chunks_through_the_api(
+    role: str, world: dict[str, Any], api_as: Callable[[str], ApiClient]
+) -> None:
+    api = api_as(role)
+    upload = world["upload"]
+    response = api.client.put(
+        f"/api/v1/library/uploads/{upload.pk}?offset=5", b"world", "application/octet-stream", **api.headers
+    )
+    assert response.status_code == {**CHUNK, "anonymous": 401}[role], response.content[:300]
+    assert ChunkedUpload.objects.get(pk=upload.pk).received == (10 if role == "owner" else 5)
 
 
 def test_an_administrator_registers_a_worker_path(team: Team, owner: User, tmp_path) -> None:

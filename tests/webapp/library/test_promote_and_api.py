@@ -73,3 +73,19 @@ def test_the_api_refuses_to_delete_an_item_in_use_and_names_the_jobs(
     response = api.client.delete(f"/api/v1/library/items/{corpus.pk}", **api.headers)
     assert response.status_code == 409 and response.json()["jobs"] == [str(job.pk)]
     assert api.get(f"/api/v1/library/items/{corpus.pk}").json()["used_by"] == [str(job.pk)]
+
+
+def test_the_jobs_api_takes_library_items_by_id_and_records_the_version(
+    api_as: Callable[[str], ApiClient], corpus: LibraryItem
+) -> None:
+    params = json.dumps({"corpus": f"library:{corpus.pk}"})
+    response = api_as("member").post("/api/v1/jobs", {"kind": "test-library-consumer", "params": params})
+    assert response.status_code == 201, response.content
+    job = Job.objects.get(pk=response.json()["id"])
+    assert [(u.item_id, u.sha256) for u in job.library_uses.all()] == [(corpus.pk, corpus.sha256)]
+    # An outsider cannot reach into the team's library by guessing ids.
+    refused = api_as("outsider").post("/api/v1/jobs", {"kind": "test-library-consumer", "params": params})
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["field"] == "corpus"
+    assert "was not found in your team's library" in refused.json()["detail"][0]["message"]
+    assert Job.objects.count() == 1

@@ -28,10 +28,12 @@ CARD_LABELS = {
     "model_type": "Model type",
     "parameters": "Parameters",
     "layers": "Layers",
+    "moe_layers": "MoE layers",
     "hidden_size": "Hidden size",
     "experts_per_layer": "Experts per layer",
     "top_k": "Top-k",
     "records": "Records",
+    "points": "Points",
     "sources": "Sources",
     "files": "Files",
     "bytes": "Unpacked size",
@@ -49,3 +51,30 @@ def card_rows(card: dict[str, Any]) -> list[tuple[str, str, Any]]:
 @register.filter
 def thousands(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _short(count: int) -> str:
+    for size, unit in ((10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if count >= size:
+            return f"{count / size:.1f}{unit}"
+    return str(count)
+
+
+@register.filter
+def card_summary(card: dict[str, Any]) -> str:
+    """One line for the library's list: architecture, parameters, experts, top-k; records, source."""
+    parts = []
+    if card.get("architecture"):
+        parts.append(str(card["architecture"]))
+    if isinstance(card.get("parameters"), int):
+        parts.append(f"{_short(card['parameters'])} parameters")
+    experts = card.get("experts_per_layer", card.get("experts"))
+    if experts:
+        parts.append(f"{experts} experts")
+    if card.get("top_k"):
+        parts.append(f"top-{card['top_k']}")
+    if isinstance(card.get("records"), int):
+        parts.append(f"{card['records']:,} records")
+    if card.get("source"):
+        parts.append(str(card["source"]))
+    return " · ".join(parts)
