@@ -1,6 +1,6 @@
 """docker-compose.yml, checked without a Docker engine: its shape (services, queues, GPU
 reservation, health checks, volumes), and each service's command run here, outside Docker,
-against the local PostgreSQL and Redis."""
+against the local PostgreSQL and Redis (the two Redis services run their own commands)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from http.client import HTTPResponse
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-SMOKE_DB = "moelab_compose_smoke"
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +53,8 @@ def test_the_workers_split_the_queues_and_the_gpu_worker_reserves_one_gpu(compos
     gpu, cpu, verify = services["worker-gpu"], services["worker-cpu"], services["worker-verify"]
     gpu_argv, cpu_argv, verify_argv = command_of(gpu), command_of(cpu), command_of(verify)
     assert option(gpu_argv, "-Q") == "gpu" and option(gpu_argv, "-c") == "1" and option(gpu_argv, "-P") == "prefork"
-    # Portal checks have a worker of their own: a long CPU job never holds one up.
-    assert option(cpu_argv, "-Q") == "cpu" and option(verify_argv, "-Q") == "verify"
+    # Portal checks have a worker of their own and overflow to the CPU worker (DESIGN: worker-cpu takes cpu, verify).
+    assert option(cpu_argv, "-Q") == "cpu,verify" and option(verify_argv, "-Q") == "verify"
     (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
     assert "beat" in command_of(compose["services"]["beat"])
@@ -86,10 +86,13 @@ def free_port() -> int:
 def smoke_env(tmp_path_factory) -> Iterator[dict[str, str]]:
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         pytest.skip("needs the local PostgreSQL and Redis (run through scripts/test.sh)")
-    admin = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+    server, name = os.environ["DATABASE_URL"].rsplit("/", 1)
+    admin = f"{server}/postgres"
+    # Named after the suite's database, so suites run side by side (other TEST_DATABASE_URLs) never collide.
+    smoke_db = f"{name}_compose_smoke"
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {SMOKE_DB}")
-        conn.execute(f"CREATE DATABASE {SMOKE_DB}")
+        conn.execute(f"DROP DATABASE IF EXISTS {smoke_db}")
+        conn.execute(f"CREATE DATABASE {smoke_db}")
     var = tmp_path_factory.mktemp("compose-var")
     yield {
         **os.environ,
@@ -98,12 +101,12 @@ def smoke_env(tmp_path_factory) -> Iterator[dict[str, str]]:
         "MOELAB_ENV": "production",
         "SECRET_KEY": secrets.token_urlsafe(50),
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "DATABASE_URL": admin.rsplit("/", 1)[0] + f"/{SMOKE_DB}",
+        "DATABASE_URL": f"{server}/{smoke_db}",
         "MOELAB_VAR_DIR": str(var),
         "MOELAB_MEDIA_ROOT": str(var / "media"),
     }
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {SMOKE_DB} WITH (FORCE)")
+        conn.execute(f"DROP DATABASE IF EXISTS {smoke_db} WITH (FORCE)")
 
 
 class Started:
@@ -142,8 +145,18 @@ def healthcheck_argv(service: dict[str, Any], env: dict[str, str]) -> list[str]:
     return list(test[1:])
 
 
+def get(url: str) -> HTTPResponse:
+    # Production settings redirect plain HTTP to HTTPS; the proxy in front says the request was secure.
+    return urllib.request.urlopen(urllib.request.Request(url, headers={"X-Forwarded-Proto": "https"}), timeout=10)
+
+
 @pytest.mark.slow
-def test_the_web_command_migrates_serves_and_passes_its_health_check(compose, smoke_env, tmp_path) -> None:
+def test_the_web_command_migrates_serves_pages_and_static_files_and_passes_its_health_check(
+    compose, smoke_env, tmp_path
+) -> None:
+    # The image collects the static files at build time (Dockerfile); here, into this run's var/.
+    collect = [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"]
+    subprocess.run(collect, cwd=ROOT, env=smoke_env, check=True, timeout=300)
     port = free_port()
     argv = command_of(compose["services"]["web"])
     argv[-1] = argv[-1].replace("0.0.0.0:8000", f"127.0.0.1:{port}").replace("--workers 3", "--workers 1")
@@ -152,6 +165,13 @@ def test_the_web_command_migrates_serves_and_passes_its_health_check(compose, sm
         web.wait_for_output(r"Listening at")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as response:
             assert response.status == 200 and response.read() == b"ok"
+        with get(f"http://127.0.0.1:{port}/login/") as response:
+            page = response.read().decode()
+        # WhiteNoise serves the bundle under its hashed name, cacheable for good.
+        (script,) = set(re.findall(r'src="(/static/build/main\.[0-9a-f]+\.js)"', page))
+        with get(f"http://127.0.0.1:{port}{script}") as response:
+            assert response.status == 200 and response.read()
+            assert "immutable" in response.headers["Cache-Control"]
     finally:
         web.stop()
 
@@ -190,3 +210,34 @@ def test_the_beat_command_starts_and_writes_its_schedule(compose, smoke_env, tmp
         assert list(tmp_path.glob("celerybeat-schedule*"))
     finally:
         beat.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "policy"), [("redis", "noeviction"), ("cache", "allkeys-lru")])
+def test_each_redis_command_starts_with_its_eviction_policy_and_passes_its_health_check(
+    compose, tmp_path, name, policy
+) -> None:
+    service = compose["services"][name]
+    port = str(free_port())
+    # The image runs the command in its data folder on the default port; here, a free port and a temporary folder.
+    redis = Started(
+        [*command_of(service), "--port", port, "--dir", str(tmp_path)], dict(os.environ), tmp_path / "redis.log"
+    )
+    try:
+        redis.wait_for_output(r"Ready to accept connections")
+        cli, *args = healthcheck_argv(service, {})
+        check = subprocess.run([cli, "-p", port, *args], capture_output=True, text=True, timeout=30)
+        assert check.returncode == 0 and "PONG" in check.stdout, check.stdout + check.stderr
+        config = subprocess.run(
+            ["redis-cli", "-p", port, "config", "get", "maxmemory-policy"], capture_output=True, text=True, timeout=30
+        )
+        assert config.stdout.split() == ["maxmemory-policy", policy]
+    finally:
+        redis.stop()
+
+
+def test_the_postgres_health_check_answers_for_a_running_server(compose, smoke_env) -> None:
+    argv = healthcheck_argv(compose["services"]["postgres"], smoke_env)
+    # Compose runs it inside the container; here, against the local server the tests use.
+    check = subprocess.run([*argv, "-h", "127.0.0.1"], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stdout + check.stderr

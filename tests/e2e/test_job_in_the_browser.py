@@ -1,6 +1,7 @@
 """The whole path in a browser: log in, submit a job through the form, watch its progress bar
-move to done without reloading (on a real Celery worker), open its chart, download an artifact,
-cancel a running job, and keep a screenshot of the dashboard."""
+move to done without reloading (on a real Celery worker), open its chart, see a CSV table and a
+JSON tree, download an artifact, see the dashboard pause polling in a hidden tab, cancel a running
+job, and keep a screenshot of the dashboard."""
 
 from __future__ import annotations
 
@@ -95,10 +96,13 @@ def test_a_job_submitted_in_the_browser_runs_to_done_live(
         page.click("[data-artifact='losses.csv'] a[data-download=artifact]")
     assert csv.value.suggested_filename == "losses.csv"
     assert Path(csv.value.path()).read_text().splitlines()[:2] == ["step,loss", "0,1.0"]
+    # A JSON artifact is drawn as a tree.
+    expect(page.locator("[data-artifact='summary.json'] .json-tree .json-key", has_text="steps:")).to_have_count(1)
+    expect(page.locator("[data-artifact='summary.json']")).to_contain_text("steps: 6")
     assert Job.objects.get(pk=job_id).status == Job.Status.SUCCEEDED
 
     # A long job, live on the dashboard while it runs; then cancelled from its page.
-    long_id = submit(page, base, steps=60, step_seconds=0.5)
+    long_id = submit(page, base, steps=120, step_seconds=0.5)
     expect(page.locator("#job-live")).to_have_attribute("data-status", "running", timeout=30_000)
     page.goto(f"{base}/t/routing-lab/")
     row = page.locator(f"tr[data-job='{long_id}']")
@@ -106,6 +110,23 @@ def test_a_job_submitted_in_the_browser_runs_to_done_live(
     first = float(row.locator("[role=progressbar]").get_attribute("aria-valuenow") or 0)
     expect(row.locator("[role=progressbar]")).not_to_have_attribute("aria-valuenow", str(first), timeout=10_000)
     page.screenshot(path=str(screenshots / "dashboard.png"), full_page=True)
+
+    # In a hidden tab the dashboard stops polling; shown again, it asks for the jobs at once.
+    polls: list[str] = []
+    page.on("request", lambda request: polls.append(request.url) if "/t/routing-lab/jobs/" in request.url else None)
+    page.evaluate(
+        """() => {
+            window.__hidden = true;
+            Object.defineProperty(document, "hidden", {configurable: true, get: () => window.__hidden});
+            document.dispatchEvent(new Event("visibilitychange"));
+        }"""
+    )
+    page.wait_for_timeout(1_000)  # a poll already on its way may still land
+    polls.clear()
+    page.wait_for_timeout(5_000)
+    assert polls == [], f"a hidden tab polled: {polls}"
+    with page.expect_request(lambda request: "/t/routing-lab/jobs/" in request.url, timeout=1_500):
+        page.evaluate('() => { window.__hidden = false; document.dispatchEvent(new Event("visibilitychange")); }')
 
     page.goto(f"{base}/jobs/{long_id}/")
     page.click("[data-action=cancel]")

@@ -73,8 +73,9 @@ def celery_worker_parameters() -> dict[str, object]:
 def start_worker(media_in_tmp: Path, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
 
-    def start(name: str, *, beat: bool = False, **extra_env: str) -> WorkerProcess:
-        worker = WorkerProcess(name, media=media_in_tmp, log=tmp_path / f"{name}.log", extra_env=extra_env, beat=beat)
+    def start(name: str, *, beat: bool = False, queues: str = "gpu,cpu,verify", **extra_env: str) -> WorkerProcess:
+        log = tmp_path / f"{name}.log"
+        worker = WorkerProcess(name, media=media_in_tmp, log=log, extra_env=extra_env, beat=beat, queues=queues)
         started.append(worker)
         worker.wait_ready()
         return worker

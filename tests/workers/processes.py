@@ -1,7 +1,8 @@
 """Waiting for jobs, and Celery workers started as subprocesses against the test database.
 
 Reusable by any test that needs a real worker (``tests/e2e`` too): start one with
-``WorkerProcess("name", media=..., log=..., extra_env={}, beat=False).wait_ready()``, inside a
+``WorkerProcess("name", media=..., log=..., extra_env={}, beat=False).wait_ready()`` (all three
+queues unless ``queues`` says otherwise), inside a
 ``django_db(transaction=True)`` test so the worker sees the test's rows.
 """
 
@@ -53,7 +54,16 @@ def database_url() -> str:
 class WorkerProcess:
     """``celery -A webapp worker`` in its own session, so SIGKILL takes its pool children too."""
 
-    def __init__(self, name: str, *, media: Path, log: Path, extra_env: dict[str, str], beat: bool) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        media: Path,
+        log: Path,
+        extra_env: dict[str, str],
+        beat: bool,
+        queues: str = "gpu,cpu,verify",
+    ) -> None:
         env = {
             **os.environ,
             "DATABASE_URL": database_url(),
@@ -62,7 +72,7 @@ class WorkerProcess:
             "MOELAB_DEVICE": "cpu",
             **extra_env,
         }
-        command = [CELERY, "-A", "webapp", "worker", "-Q", "gpu,cpu,verify", "-c", "1", "-P", "prefork"]
+        command = [CELERY, "-A", "webapp", "worker", "-Q", queues, "-c", "1", "-P", "prefork"]
         command += ["-n", f"{name}@%h", "--without-gossip", "--without-mingle", "-l", "info"]
         if beat:
             command += ["-B", "-s", str(log.parent / f"{name}-beat-schedule")]

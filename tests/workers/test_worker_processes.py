@@ -1,7 +1,11 @@
-"""Workers started as subprocesses with a prefork pool: time limits, and a worker killed mid-job."""
+"""Workers started as subprocesses with a prefork pool: time limits, a worker killed mid-job, and
+torch (so CUDA) loaded only in the pool's children."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import psutil
 import pytest
 
 from mlcore.jobs.registry import get_kind
@@ -14,12 +18,14 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_it_records_a_timeout_when_the_soft_time_limit_passes(start_worker, team, alice) -> None:
-    start_worker("limits")
+    # The cpu queue alone, as docker-compose's worker-cpu: a verify worker's child loads torch as it
+    # starts, which on a loaded machine can hold the job back past a limit this short.
+    start_worker("limits", queues="cpu")
     params = get_kind("test-exercise").spec.clean({"steps": 1000, "step_seconds": 0.05})
     job = Job.objects.create(team=team, submitted_by=alice, kind="test-exercise", queue="cpu", params=params)
     # The kind's own soft limit is a minute (submission sends it; see the submit tests): this message
-    # carries a 1 s one to keep the test short.
-    app.send_task(RUN_JOB, args=[str(job.pk)], queue="cpu", soft_time_limit=1, time_limit=10)
+    # carries a 3 s one to keep the test short.
+    app.send_task(RUN_JOB, args=[str(job.pk)], queue="cpu", soft_time_limit=3, time_limit=20)
     job = wait_for_status(job, Job.Status.FAILED)
     assert job.error.startswith("Timed out: the job ran past its time limit")
     assert 0 < job.progress < 0.5 and job.finished_at is not None
@@ -43,12 +49,43 @@ def test_a_worker_killed_mid_job_is_reaped_and_the_next_job_runs_on_a_new_worker
     assert after.worker.startswith("rescuer@")
 
 
+def test_one_long_step_is_not_mistaken_for_a_dead_worker(start_worker, team, alice) -> None:
+    # The reaper runs every second and gives up on a job after 4 s of silence; the job's one step
+    # takes 10 s without a word to ctx. The heartbeat comes from the worker's pulse thread instead.
+    start_worker(
+        "patient", beat=True, queues="cpu", MOELAB_HEARTBEAT_STALE_SECONDS="4", MOELAB_REAPER_INTERVAL_SECONDS="1"
+    )
+    job = submit(team, alice, steps=1, step_seconds=10)
+    job = wait_for_status(job, Job.Status.SUCCEEDED, Job.Status.FAILED, timeout=90)
+    assert job.status == Job.Status.SUCCEEDED, job.error
+    assert (job.finished_at - job.started_at).total_seconds() >= 10
+
+
 def test_it_fails_a_job_killed_at_its_hard_time_limit(start_worker, team, alice) -> None:
-    start_worker("hardlimit")
+    start_worker("hardlimit", queues="cpu")
     params = get_kind("test-exercise").spec.clean({"steps": 1000, "step_seconds": 0.05})
     job = Job.objects.create(team=team, submitted_by=alice, kind="test-exercise", queue="cpu", params=params)
-    # No soft limit, so nothing inside the job notices: the pool kills the child at 2 s.
-    app.send_task(RUN_JOB, args=[str(job.pk)], queue="cpu", time_limit=2)
+    # No soft limit, so nothing inside the job notices: the pool kills the child at 4 s.
+    app.send_task(RUN_JOB, args=[str(job.pk)], queue="cpu", time_limit=4)
     job = wait_for_status(job, Job.Status.FAILED)
     assert job.error.startswith("Stopped: the job ran past its hard time limit")
     assert 0 < job.progress < 0.5
+
+
+def mapped_libraries(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_torch_and_cuda_start_in_the_pool_child_never_in_the_workers_parent(start_worker, team, alice) -> None:
+    # No MOELAB_DEVICE: the worker finds its device itself (nvidia-smi in the parent, torch in the task).
+    worker = start_worker("devices", MOELAB_DEVICE="")
+    status = WorkerStatus.objects.get(hostname__startswith="devices@")
+    job = wait_for_status(submit(team, alice, steps=2), Job.Status.SUCCEEDED, timeout=60)
+    assert job.device == ("cuda" if status.device.startswith("cuda") else "cpu")
+
+    # The verify queue's child loads torch as it starts (the portal's warm-up); the parent forks
+    # children, so a CUDA context there would be unusable in every one of them.
+    (child,) = psutil.Process(worker.process.pid).children()
+    wait_for(lambda: "libtorch" in mapped_libraries(child.pid), timeout=120, what="the child to load torch")
+    parent = mapped_libraries(worker.process.pid)
+    assert "libtorch" not in parent and "libcuda" not in parent

@@ -78,7 +78,9 @@ def artifact_for_user(user: AbstractBaseUser | AnonymousUser, job_id: uuid.UUID 
 def status_counts(team: Team) -> dict[str, int]:
     """Jobs per status, every status present (zero when none), in one query."""
     counts = dict.fromkeys(Job.Status.values, 0)
-    for row in Job.objects.filter(team=team).order_by().values("status").annotate(n=Count("id")):
+    # COUNT(*), not COUNT(id): PostgreSQL can then answer from the (team, status) index alone,
+    # which keeps a 10,000-job team's dashboard about as fast as a small team's.
+    for row in Job.objects.filter(team=team).order_by().values("status").annotate(n=Count("*")):
         counts[row["status"]] = row["n"]
     return counts
 

@@ -3,8 +3,10 @@ writes, success otherwise. No CSRF token is needed: bearer tokens are not sent b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -47,6 +49,25 @@ def test_each_role_gets_what_its_role_allows(
     assert response.status_code == expected[role], response.content[:300]
     if response.status_code >= 400:
         assert "detail" in response.json()
+
+
+def test_every_job_endpoint_of_the_openapi_document_is_in_the_table(make_job: Callable[..., Job]) -> None:
+    from webapp.jobs.api import api
+
+    job = make_job(Job.Status.SUCCEEDED)
+    checked = {(method, urlsplit(url(job)).path) for _, method, url, _, _ in CASES}
+    documented = [
+        (method, path)
+        for path, operations in api.get_openapi_schema()["paths"].items()
+        if not path.startswith("/api/v1/library/")  # the library's own permission tests cover these
+        for method in operations
+    ]
+    missing = [
+        f"{method.upper()} {path}"
+        for method, path in documented
+        if not any(m == method and re.fullmatch(re.sub(r"\{\w+\}", "[^/]+", path), p) for m, p in checked)
+    ]
+    assert documented and not missing, f"not checked for every role: {missing}"
 
 
 def test_a_revoked_token_is_refused(api_as: Callable[[str], ApiClient], member) -> None:

@@ -11,7 +11,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from webapp.accounts.models import Membership, Role, Team
 from webapp.dashboard.views import PAGE_SIZE
+from webapp.jobs.benchmark import fill
 from webapp.jobs.models import Job
 
 URL = "/t/routing-lab/"
@@ -92,6 +94,25 @@ def test_the_number_of_queries_does_not_grow_with_the_number_of_jobs(
     with CaptureQueriesContext(connection) as many:
         client.get(URL)
     assert len(many) == len(few)
+
+
+def test_a_team_with_10000_jobs_takes_as_many_queries_as_one_with_100(
+    team: Team, owner: User, csrf_client: Callable[..., Client]
+) -> None:
+    large = Team.objects.create(name="Large Lab", slug="large-lab")
+    Membership.objects.create(team=large, user=owner, role=Role.OWNER)
+    fill(team, owner, 100, series_points=2)
+    fill(large, owner, 10_000, series_points=2)
+    client = csrf_client(owner)
+    queries = {}
+    for slug in ("routing-lab", "large-lab"):
+        client.get(f"/t/{slug}/")  # the session remembers the team on the first visit
+        with CaptureQueriesContext(connection) as captured:
+            html = client.get(f"/t/{slug}/").content.decode()
+        queries[slug] = len(captured)
+        assert len(rows(html)) == PAGE_SIZE
+    assert queries["routing-lab"] == queries["large-lab"]
+    assert "1–25 of 10000" in html and 'data-count="succeeded">5000<' in html
 
 
 def test_worker_health_lists_the_workers_that_are_up(owner: User, csrf_client: Callable[..., Client]) -> None:

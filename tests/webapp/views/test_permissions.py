@@ -8,13 +8,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.urls import URLResolver, get_resolver, resolve
 
+from tests.webapp.conftest import make_user
 from tests.webapp.views.helpers import post
-from webapp.accounts.models import Team
+from webapp.accounts.models import Membership, Role, Team
 from webapp.jobs.models import Job
 
 ROLES = ("owner", "member", "viewer", "outsider", "anonymous")
@@ -51,6 +54,7 @@ CASES = [
     Case("job log", "get", lambda w: f"/jobs/{w['job'].id}/log.txt", READ),
     Case("artifact", "get", lambda w: f"/jobs/{w['job'].id}/artifacts/losses.csv", READ),
     Case("chart data", "get", lambda w: f"/jobs/{w['job'].id}/charts/loss.json", READ),
+    Case("chart png", "get", lambda w: f"/jobs/{w['job'].id}/charts/loss.png", READ),
     Case("chart spec", "get", lambda w: f"/jobs/{w['job'].id}/charts/loss.vl.json", READ),
     Case("compare", "get", lambda w: f"/jobs/compare/?job={w['job'].id}&job={w['other'].id}", READ),
     Case("kinds", "get", lambda w: "/t/routing-lab/submit/", WRITE_PAGE),
@@ -68,6 +72,7 @@ CASES = [
         OWNER_ONLY,
         {"role": "member"},
     ),
+    Case("remove a member", "post", lambda w: f"/t/routing-lab/team/members/{w['bystander'].pk}/remove/", OWNER_ONLY),
 ]
 
 
@@ -75,6 +80,10 @@ CASES = [
 def world(
     team: Team, owner: User, member: User, viewer: User, outsider: User, make_job: Callable[..., Job]
 ) -> Callable[[str], dict[str, Any]]:
+    # Someone else in the team, for the actions that target a person.
+    bystander = make_user("bea")
+    Membership.objects.create(team=team, user=bystander, role=Role.MEMBER)
+
     def build(job_status: str) -> dict[str, Any]:
         return {
             "job": make_job(job_status),
@@ -83,6 +92,7 @@ def world(
             "member": member,
             "viewer": viewer,
             "outsider": outsider,
+            "bystander": bystander,
         }
 
     return build
@@ -105,6 +115,18 @@ def test_each_role_gets_what_its_role_allows(case: Case, role: str, world: Calla
     assert response.status_code == case.expected[role], f"{role} {case.method.upper()} {url}"
     if role == "anonymous":
         assert response["Location"].startswith("/login/")
+
+
+def test_every_page_of_a_team_or_a_job_is_in_the_table(world: Callable[[str], dict[str, Any]]) -> None:
+    w = world(Job.Status.SUCCEEDED)
+    covered = {resolve(urlsplit(case.url(w)).path).view_name for case in CASES}
+    scoped = set()
+    for app in get_resolver().url_patterns:
+        if isinstance(app, URLResolver) and app.namespace in ("accounts", "jobs", "dashboard"):
+            for route in app.url_patterns:
+                if {"team_slug", "job_id"} & set(route.pattern.converters):
+                    scoped.add(f"{app.namespace}:{route.name}")
+    assert scoped and scoped <= covered, f"not checked for every role: {sorted(scoped - covered)}"
 
 
 def test_an_outsider_cannot_tell_a_missing_job_from_someone_elses(world: Callable[[str], dict[str, Any]]) -> None:
