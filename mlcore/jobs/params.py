@@ -286,12 +286,24 @@ class _Reference(Param):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Model(_Reference):
+class _LibraryReference(_Reference):
+    """A model or dataset: the API also takes a library item's bare id (``12`` is ``library:12``)."""
+
+    def clean(self, raw: Any) -> str:
+        value = super().clean(raw)
+        return f"library:{value}" if value.isascii() and value.isdigit() else value
+
+    def json_schema(self) -> dict[str, Any]:
+        return {**super().json_schema(), "type": ["string", "integer"]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model(_LibraryReference):
     type: ClassVar[str] = "model"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Dataset(_Reference):
+class Dataset(_LibraryReference):
     type: ClassVar[str] = "dataset"
 
 

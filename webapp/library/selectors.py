@@ -73,7 +73,9 @@ def upload_for_user(user: AbstractBaseUser | AnonymousUser, upload_id: uuid.UUID
 def item_for_reference(team: Team | int, param: Model | Dataset, reference: str) -> LibraryItem:
     """The ready item of ``team`` that ``library:ID`` names, checked against what ``param`` accepts."""
     raw = reference.removeprefix("library:")
-    item = LibraryItem.objects.filter(team=team, pk=int(raw)).first() if raw.isdigit() else None
+    # ASCII digits that fit a bigint: "²" is a digit to str.isdigit, and a longer number overflows the column.
+    valid = raw.isascii() and raw.isdigit() and len(raw) <= 18
+    item = LibraryItem.objects.filter(team=team, pk=int(raw)).first() if valid else None
     if item is None:
         raise JobError(f"{param.title}: library item {raw!r} was not found in your team's library.")
     if item.status != LibraryItem.Status.READY:

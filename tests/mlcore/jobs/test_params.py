@@ -60,3 +60,9 @@ def test_a_reference_describes_what_it_accepts():
     assert p.clean(" zoo:stdlib-docs ") == "zoo:stdlib-docs"
     assert p.describe()["accepts"] == ["text"]
     assert "text" in p.json_schema()["description"]
+
+
+def test_a_model_or_dataset_reads_a_bare_number_as_a_library_id():
+    p = Dataset(name="calibration", accepts=("text",))
+    assert p.clean(12) == "library:12" and p.clean(" 12 ") == "library:12"
+    assert p.clean("²") == "²"  # a unicode digit is no id: the resolver refuses it by name

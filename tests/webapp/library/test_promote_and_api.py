@@ -89,3 +89,24 @@ def test_the_jobs_api_takes_library_items_by_id_and_records_the_version(
     assert refused.json()["detail"][0]["field"] == "corpus"
     assert "was not found in your team's library" in refused.json()["detail"][0]["message"]
     assert Job.objects.count() == 1
+
+
+@pytest.mark.parametrize("reference", ["bare", "number"])
+def test_the_jobs_api_takes_a_bare_item_id_too(
+    api_as: Callable[[str], ApiClient], corpus: LibraryItem, reference: str
+) -> None:
+    value = corpus.pk if reference == "number" else str(corpus.pk)
+    params = json.dumps({"corpus": value})
+    response = api_as("member").post("/api/v1/jobs", {"kind": "test-library-consumer", "params": params})
+    assert response.status_code == 201, response.content
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.params["corpus"] == f"library:{corpus.pk}"
+    assert [u.item_id for u in job.library_uses.all()] == [corpus.pk]
+
+
+@pytest.mark.parametrize("reference", ["library:99999999999999999999999", "library:²", "library:-1"])
+def test_an_impossible_item_id_is_refused_as_not_found(api_as: Callable[[str], ApiClient], reference: str) -> None:
+    params = json.dumps({"corpus": reference})
+    response = api_as("member").post("/api/v1/jobs", {"kind": "test-library-consumer", "params": params})
+    assert response.status_code == 422
+    assert "was not found in your team's library" in response.json()["detail"][0]["message"]
