@@ -43,7 +43,7 @@ spec = JobSpec(
     name="routing-analysis",
     title="Routing consistency and expert offloading",
     summary="SRP and SCH (local routing consistency), expert-cache hit rates and a cache-size recommendation.",
-    version=1,
+    version=2,
     queue="gpu",
     soft_time_limit=3600,
     time_limit=3900,
@@ -59,6 +59,11 @@ spec = JobSpec(
             formats=("safetensors",),
             max_bytes=2 * 2**30,
             help="Or upload a MoE Lab routing trace (safetensors, see mlcore/moe/traces.py) recorded elsewhere.",
+        ),
+        Dataset(
+            name="trace_item",
+            accepts=("routing-trace",),
+            help="Or a routing trace from the team library (every analysis of a model adds the trace it recorded).",
         ),
         Int(name="samples", default=64, min=1, max=8192, help="Evaluation sequences to record."),
         Int(name="seq_len", default=128, min=8, max=8192, help="Tokens per sequence (at most the model's context)."),
@@ -109,6 +114,16 @@ def _load_trace(path: Path) -> Any:
         return RoutingTrace.load(path)
     except TraceError as exc:
         raise JobError(f"The uploaded trace is not a valid routing trace: {exc}.") from None
+
+
+def _trace_file(path: Path) -> Path:
+    """An upload is the file itself; a library item is a folder holding one trace."""
+    if path.is_file():
+        return path
+    traces = sorted(p for p in path.rglob("*.safetensors") if p.is_file())
+    if not traces:
+        raise JobError("The library item holds no routing trace (a .safetensors file).")
+    return traces[0]
 
 
 def _record_trace(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> tuple[Any, list[int]]:
@@ -168,16 +183,18 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     from mlcore.analysis.routing import from_trace
 
     ctx.progress(0.0, "reading the routing")
-    if "trace" in inputs:
-        trace = _load_trace(Path(inputs["trace"]))
+    recorded = False
+    if "trace" in inputs or "trace_item" in inputs:
+        trace = _load_trace(_trace_file(Path(inputs.get("trace") or inputs["trace_item"])))
         megabytes = params["expert_megabytes"]
         expert_bytes = [int(megabytes * 2**20)] * trace.num_layers if megabytes > 0 else None
     elif "model" in inputs:
         trace, expert_bytes = _record_trace(params, inputs, ctx)
+        recorded = True
         if params["expert_megabytes"] > 0:
             expert_bytes = [int(params["expert_megabytes"] * 2**20)] * trace.num_layers
     else:
-        raise JobError("Pick a model (e.g. zoo:moe-lm-tiny) or upload a routing trace.")
+        raise JobError("Pick a model (e.g. zoo:moe-lm-tiny), a library trace or upload a routing trace.")
     routings = from_trace(trace)
     longest = int(trace.sequence_lengths.max())
     windows = [w for w in params["windows"] if w <= longest]
@@ -194,6 +211,12 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     trace_path = ctx.workdir / "routing_trace.safetensors"
     trace.save(trace_path)
     ctx.artifact("routing_trace.safetensors", trace_path, "application/octet-stream")
+    if recorded:  # a trace read from an upload or the library is already someone's input
+        ctx.register(
+            "routing-trace",
+            trace_path,
+            {"name": f"routing of {meta.model} on {meta.source}", "model": meta.model, "tokens": trace.num_tokens},
+        )
 
     def on_step(fraction: float, stage: str) -> None:
         ctx.raise_if_cancelled()

@@ -52,8 +52,26 @@ def test_it_records_and_analyses_the_zoo_model_end_to_end():
     assert any(line.startswith("one cache of ") for line in ctx.lines)
     assert "\nmodel (one cache),belady,0,2,16," in ctx.artifacts["hit_rates.csv"].path.read_text()
     assert "Cache" in report["recommendation"]["sentence"]
-    # The recorded trace is offered back as a file that reloads.
+    # The recorded trace is offered back as a file that reloads, and to the team library.
     assert RoutingTrace.load(ctx.artifacts["routing_trace.safetensors"].path).num_tokens == 6 * 64
+    (registered,) = ctx.registrations
+    assert registered.kind == "routing-trace" and RoutingTrace.load(registered.path).num_tokens == 6 * 64
+    assert registered.card["tokens"] == 6 * 64
+
+
+def test_a_library_trace_folder_is_analysed_and_not_registered_again(tmp_path):
+    item = tmp_path / "library-item"
+    item.mkdir()
+    _constant_trace(item / "routing_trace.safetensors")
+    outcome, ctx = run({"trace_item": str(item)})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert ctx.metrics.scalars["srp_L16"] == pytest.approx(1.0)
+    assert ctx.registrations == []
+
+
+def test_a_library_item_without_a_trace_is_refused_by_name(tmp_path):
+    outcome, _ = run({"trace_item": str(tmp_path)})
+    assert outcome.status == "failed" and "holds no routing trace" in outcome.error
 
 
 def test_an_uploaded_constant_trace_has_srp_one_and_only_compulsory_misses(tmp_path):
