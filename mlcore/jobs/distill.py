@@ -286,6 +286,11 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     student.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     ctx.artifact("student", folder)
+    ctx.register(
+        "hf-lm",
+        folder,
+        {"name": f"student of {Path(inputs['model']).name} ({params['loss']})", "loss": params["loss"]},
+    )
     report = ctx.workdir / "report.json"
     report.write_text(
         json.dumps(

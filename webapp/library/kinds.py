@@ -5,6 +5,7 @@ from __future__ import annotations
 
 MODEL_KINDS: tuple[str, ...] = (
     "hf-moe-lm",
+    "hf-lm",
     "diffusers-vae",
     "diffusers-generator",
     "watermark-markers",

@@ -99,6 +99,30 @@ def hf_moe_card(root: Path) -> dict[str, Any]:
     }
 
 
+def hf_lm_card(root: Path) -> dict[str, Any]:
+    """A dense Hugging Face causal LM (e.g. a distilled student): the same safety checks as an MoE
+    checkpoint (local, safetensors only, no remote code) for any model type transformers ships."""
+    from transformers import AutoConfig
+
+    from mlcore.hf.checkpoint import weight_files
+
+    config_file = root / "config.json"
+    if not config_file.is_file():
+        raise JobError("The item has no config.json: upload the folder save_pretrained wrote.")
+    if "auto_map" in json.loads(config_file.read_text(encoding="utf-8")):
+        raise JobError("config.json asks for remote code (auto_map), which MoE Lab never runs.")
+    if not weight_files(root):
+        raise JobError("The item has no safetensors weights; convert the checkpoint to safetensors.")
+    config = AutoConfig.from_pretrained(root, trust_remote_code=False, local_files_only=True)
+    return {
+        "architecture": (getattr(config, "architectures", None) or [config.model_type])[0],
+        "model_type": config.model_type,
+        "parameters": sum(safetensors_parameters(p) for p in weight_files(root)),
+        "layers": getattr(config, "num_hidden_layers", None),
+        "hidden_size": getattr(config, "hidden_size", None),
+    }
+
+
 def _one_or_all(values: list[Any]) -> Any:
     distinct = sorted(set(values), key=str)
     return distinct[0] if len(distinct) == 1 else distinct
@@ -252,6 +276,7 @@ def _routing_trace(root: Path) -> dict[str, Any]:
 #: so an item that is ``ready`` is one those jobs can open. Each returns the kind's card fields.
 CHECKS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "hf-moe-lm": hf_moe_card,
+    "hf-lm": hf_lm_card,
     "diffusers-vae": _diffusers_vae,
     "diffusers-generator": _diffusers_generator,
     "watermark-markers": _watermark_markers,

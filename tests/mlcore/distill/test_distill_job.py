@@ -52,6 +52,9 @@ def test_the_saved_student_reloads_with_the_teachers_tokenizer():
     ids = torch.tensor([tokenizer("def f(x): return x")["input_ids"]])
     assert student(input_ids=ids).logits.shape[-1] == student.config.vocab_size == 2048
     assert student.config.hidden_size == 32
+    # The student is offered to the team library as a dense Hugging Face LM.
+    (registered,) = ctx.registrations
+    assert registered.kind == "hf-lm" and registered.path == folder and registered.card["loss"] == "fkl"
 
 
 def test_taid_under_bf16_autocast_on_uploaded_text_with_a_peaked_teacher_stays_finite(tmp_path):

@@ -54,6 +54,40 @@ def test_it_accepts_each_model_kind_and_writes_its_card(
         assert "experts_per_layer" not in item.card  # a dense model has no experts to report
 
 
+def _tiny_dense_lm(folder: Path) -> int:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+    )
+    model = Qwen3ForCausalLM(config)
+    model.save_pretrained(folder)
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_it_accepts_a_dense_hugging_face_lm_and_writes_its_card(add_item: AddItem, tmp_path: Path) -> None:
+    parameters = _tiny_dense_lm(tmp_path / "student")
+    item = add_item(zip_folder(tmp_path / "student"), kind="hf-lm", name="student", filename="student.zip")
+    assert item.status == LibraryItem.Status.READY, item.error
+    assert item.card["architecture"] == "Qwen3ForCausalLM" and item.card["layers"] == 2
+    assert item.card["parameters"] == parameters
+
+
+def test_it_refuses_a_dense_lm_that_asks_for_remote_code(add_item: AddItem, tmp_path: Path) -> None:
+    folder = tmp_path / "remote"
+    _tiny_dense_lm(folder)
+    raw = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**raw, "auto_map": {"AutoModel": "evil.Model"}}))
+    item = add_item(zip_folder(folder), kind="hf-lm", name="remote", filename="remote.zip")
+    assert_refused(item, "asks for remote code")
+
+
 def test_it_refuses_a_model_that_its_jobs_could_not_load(add_item: AddItem) -> None:
     files = {p.name: p.read_bytes() for p in (ZOO / "video-dit-digits").iterdir() if p.is_file()}
     item = add_item(zip_bytes(files), kind="pointcloud-segmenter", filename="not-a-segmenter.zip")
