@@ -1,10 +1,18 @@
 """``data-mixture``: find a data mixture for a target text with FastMix, then confirm it.
 
-Sources are built-in texts and/or uploaded files (one source each), optionally with a source of
-random bytes whose weight must fall (a check that the search works). A byte-level MLP proxy trains
-on the w-weighted loss while FastMix updates w from the target's validation gradient; the found
-mixture then trains a fresh model against uniform sampling for the same budget (the mixture is only
-as good as the model it trains). Charts: weight trajectories, target bits per byte, final mixture.
+Two problems:
+
+- ``texts``: sources are built-in texts and/or uploaded files (one source each), optionally with a
+  source of random bytes whose weight must fall (a check that the search works); a byte-level MLP proxy;
+- ``stdlib-subcorpora`` (the card's Tier B): five sub-corpora of the Python standard library (code,
+  docstrings, comments, tests, licence) and a target that is a *known* mix of their held-out text
+  (``target_mix``), so the job can say how far the found w is from the right answer; a character-level
+  transformer proxy.
+
+The proxy trains on the w-weighted loss while FastMix updates w from the target's validation gradient;
+the found mixture then trains a fresh model against uniform sampling (and, on Tier B, the target mix)
+for the same budget (the mixture is only as good as the model it trains). Charts: weight trajectories,
+target bits per byte, final mixture.
 """
 
 from __future__ import annotations
@@ -16,16 +24,35 @@ from pathlib import Path
 from typing import Any
 
 from mlcore.charts import VEGA_LITE
-from mlcore.jobs import Bool, Dataset, File, Float, Int, JobContext, JobError, JobSpec, Multi, Seed
+from mlcore.jobs import (
+    Bool,
+    Choice,
+    Dataset,
+    File,
+    Float,
+    Int,
+    JobContext,
+    JobError,
+    JobSpec,
+    Multi,
+    Numbers,
+    Seed,
+)
 
 BUILTIN_SOURCES = ("shakespeare", "stdlib-docs", "stdlib-source")
 MAX_SOURCE_CHARS = 2_000_000  # per source: enough for a byte-level proxy, bounded memory
+#: mlcore.mixture.stdlib_subcorpora's SUBCORPORA and TARGET_MIX, spelt out because specs must not import torch.
+SUBCORPORA = ("code", "docstrings", "comments", "tests", "licence")
+TARGET_MIX = (0.5, 0.3, 0.2, 0.0, 0.0)
 
 
 def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
+    errors = []
     if p["interval"] > p["steps"]:
-        return [("interval", "Must not exceed the steps, or the mixture is never updated.")]
-    return []
+        errors.append(("interval", "Must not exceed the steps, or the mixture is never updated."))
+    if p["problem"] == "stdlib-subcorpora" and (len(p["target_mix"]) != len(SUBCORPORA) or sum(p["target_mix"]) <= 0):
+        errors.append(("target_mix", f"Give {len(SUBCORPORA)} weights ({', '.join(SUBCORPORA)}), not all zero."))
+    return errors
 
 
 def _summarize(scalars: Mapping[str, Any]) -> str:
@@ -35,6 +62,8 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
     if not weights:
         return ""
     line = "Found mixture: " + ", ".join(f"{name} {w:.2f}" for w, name in weights)
+    if "distance_to_target" in scalars:
+        line += f" ({scalars['distance_to_target']:.2f} from the target mix in total variation)"
     if "confirm_bpb_found" in scalars:
         line += (
             f"; a fresh model scores {scalars['confirm_bpb_found']:.3f} bits per byte on it against "
@@ -47,11 +76,27 @@ spec = JobSpec(
     name="data-mixture",
     title="Find a data mixture (FastMix)",
     summary="Learn per-source mixture weights for a target text by training one proxy, then confirm them.",
-    version=1,
+    version=2,
     queue="gpu",
     soft_time_limit=6 * 3600,
     time_limit=6 * 3600 + 300,
     params=(
+        Choice(
+            name="problem",
+            default="texts",
+            options=("texts", "stdlib-subcorpora"),
+            help="texts: the sources and target below, byte-level MLP proxy. stdlib-subcorpora: five parts of the "
+            "Python standard library (code, docstrings, comments, tests, licence) with a known target mix, "
+            "character-level transformer proxy; the source and target fields are then unused.",
+        ),
+        Numbers(
+            name="target_mix",
+            default=list(TARGET_MIX),
+            min=0.0,
+            max=1000.0,
+            max_count=len(SUBCORPORA),
+            help="stdlib-subcorpora only: the target's weights of code, docstrings, comments, tests, licence.",
+        ),
         Multi(name="sources", default=list(BUILTIN_SOURCES), options=BUILTIN_SOURCES, help="Built-in text sources."),
         File(
             name="source_files",
@@ -136,14 +181,20 @@ def _chart(title: str, rows: list[dict[str, Any]], x: str, y: str, x_title: str,
     }
 
 
-def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    import torch
+def _problem(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> tuple[Any, dict[str, float] | None]:
+    """The mixture problem, and the target mix where it is known (``stdlib-subcorpora``)."""
+    if params["problem"] == "stdlib-subcorpora":
+        from mlcore.mixture.stdlib_subcorpora import stdlib_problem
 
-    from mlcore.mixture.fastmix import FastMixConfig, fastmix
-    from mlcore.mixture.problem import train_on_mixture
+        total = sum(params["target_mix"])
+        target = {name: w / total for name, w in zip(SUBCORPORA, params["target_mix"], strict=True)}
+        problem = stdlib_problem(target=target, context=params["context"], width=params["width"], seed=params["seed"])
+        mix = ", ".join(f"{name} {w:.2f}" for name, w in target.items())
+        ctx.log(f"{problem.k} standard-library sub-corpora; target: their held-out text mixed as {mix}")
+        return problem, target
+
     from mlcore.mixture.sources import text_problem
 
-    ctx.progress(0.0, "reading the sources")
     sources = _sources(params, inputs)
     if "target_file" in inputs:
         target_name, _, target_blocks = _read(Path(inputs["target_file"]))
@@ -157,8 +208,20 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         )
     except ValueError as exc:
         raise JobError(f"{exc}; use longer texts or a shorter context.") from None
-    torch.manual_seed(params["seed"])
     ctx.log(f"{problem.k} sources ({', '.join(problem.sources)}); target {target_name} (test split)")
+    return problem, None
+
+
+def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    import torch
+
+    from mlcore.mixture.fastmix import FastMixConfig, fastmix
+    from mlcore.mixture.problem import train_on_mixture
+    from mlcore.mixture.stdlib_subcorpora import distance_to
+
+    ctx.progress(0.0, "reading the sources")
+    problem, target = _problem(params, inputs, ctx)
+    torch.manual_seed(params["seed"])
     config = FastMixConfig(
         steps=params["steps"],
         batch_per_source=params["batch_per_source"],
@@ -174,6 +237,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         ctx.metric("search_val_bpb", result.val_loss[-1][1] * bits, step=step)
         for name, w in zip(problem.sources, result.weights[-1][1], strict=True):
             ctx.metric(f"w/{name}", w, step=step)
+        if target is not None:
+            ctx.metric("distance_to_target", distance_to(result.weights[-1][1], target), step=step)
         ctx.progress(0.05 + 0.5 * step / params["steps"], f"search step {step} of {params['steps']}")
 
     result = fastmix(problem, config, seed=params["seed"], on_outer=on_outer)
@@ -200,13 +265,18 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     )
     metrics: dict[str, Any] = {f"final_w/{name}": w for name, w in final.items()}
     metrics["search_cost_examples"] = result.cost_examples
+    if target is not None:
+        metrics["distance_to_target"] = distance_to(result.final, target)
     ctx.log("found mixture: " + ", ".join(f"{n} {w:.3f}" for n, w in final.items()))
 
     if params["confirm_steps"]:
         runs = {}
-        for i, (label, weights) in enumerate((("found", result.final), ("uniform", [1.0 / problem.k] * problem.k))):
+        mixtures = {"found": result.final, "uniform": [1.0 / problem.k] * problem.k}
+        if target is not None:  # the known answer: how much the search left on the table
+            mixtures["target"] = list(target.values())
+        for i, (label, weights) in enumerate(mixtures.items()):
             ctx.raise_if_cancelled()
-            ctx.progress(0.6 + 0.35 * i / 2, f"confirmation: training on the {label} mixture")
+            ctx.progress(0.6 + 0.35 * i / len(mixtures), f"confirmation: training on the {label} mixture")
             _, scores = train_on_mixture(
                 problem,
                 weights,

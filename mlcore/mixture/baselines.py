@@ -70,9 +70,9 @@ def doremi_lite(
     total = torch.zeros(problem.k)
     for _ in range(steps):
         batches = [problem.sample(k, batch_per_source, generator) for k in range(problem.k)]
-        losses = torch.stack([problem.loss(proxy, b) for b in batches])
+        losses = problem.source_losses(proxy, batches)
         with torch.no_grad():
-            excess = (losses - torch.stack([problem.loss(reference, b) for b in batches])).clamp(min=0)
+            excess = (losses - problem.source_losses(reference, batches)).clamp(min=0)
             log_w = torch.log_softmax(log_w + eta * excess, 0)
             w = (1 - smoothing) * log_w.exp() + smoothing * uniform_w
             total += w

@@ -52,8 +52,8 @@ def mixture_hypergradient(g_val: torch.Tensor, g_sources: torch.Tensor, w: torch
     return jacobian @ d_w
 
 
-def _flat_grad(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> torch.Tensor:
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
+def _flat_grad(loss: torch.Tensor, params: list[torch.nn.Parameter], *, retain_graph: bool = False) -> torch.Tensor:
+    grads = torch.autograd.grad(loss, params, retain_graph=retain_graph, allow_unused=True)
     return torch.cat(
         [(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, params, strict=True)]
     )
@@ -76,7 +76,7 @@ def fastmix(
     params = list(model.parameters()) if config.full_gradients else problem.head(model)
     for step in range(config.steps):
         batches = [problem.sample(k, config.batch_per_source, generator) for k in range(problem.k)]
-        losses = torch.stack([problem.loss(model, b) for b in batches])
+        losses = problem.source_losses(model, batches)
         w = torch.softmax(z.detach(), 0)
         optimizer.zero_grad(set_to_none=True)
         (w * losses).sum().backward()
@@ -86,12 +86,10 @@ def fastmix(
             continue
         # Outer step: fresh per-source batches, gradients restricted to the chosen parameters.
         g_val = _flat_grad(problem.loss(model, problem.validation), params)
-        g_sources = torch.stack(
-            [
-                _flat_grad(problem.loss(model, problem.sample(k, config.batch_per_source, generator)), params)
-                for k in range(problem.k)
-            ]
+        fresh = problem.source_losses(
+            model, [problem.sample(k, config.batch_per_source, generator) for k in range(problem.k)]
         )
+        g_sources = torch.stack([_flat_grad(loss, params, retain_graph=True) for loss in fresh])
         w = torch.softmax(z.detach(), 0)
         d_z = mixture_hypergradient(g_val, g_sources, w, config.lr)
         if config.entropy:

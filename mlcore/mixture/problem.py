@@ -32,6 +32,13 @@ class MixtureProblem:
         inputs, targets = batch
         return self.loss_fn(model(inputs), targets)
 
+    def source_losses(self, model: torch.nn.Module, batches: list[Batch]) -> torch.Tensor:
+        """``[K]`` per-source losses from one forward pass over the concatenated batches: the same values as
+        one pass per source, at a fraction of the cost for small models."""
+        logits = model(torch.cat([inputs for inputs, _ in batches]))
+        parts = logits.split([len(targets) for _, targets in batches])
+        return torch.stack([self.loss_fn(part, targets) for part, (_, targets) in zip(parts, batches, strict=True)])
+
     def validation_loss(self, model: torch.nn.Module) -> float:
         model.eval()
         with torch.no_grad():

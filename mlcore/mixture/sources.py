@@ -84,12 +84,16 @@ class ByteMLP(nn.Module):
         return self.head(self.body(self.embed(ids)))
 
 
+def random_windows(data: torch.Tensor, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
+    """``[count, length]``: ``count`` runs of ``length`` consecutive items of ``data`` at random starts."""
+    starts = torch.randint(0, len(data) - length, (count,), generator=generator)
+    return data[starts[:, None] + torch.arange(length)]
+
+
 def _windows(
     data: torch.Tensor, context: int, count: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    starts = torch.randint(0, len(data) - context - 1, (count,), generator=generator)
-    index = starts[:, None] + torch.arange(context + 1)
-    rows = data[index]
+    rows = random_windows(data, context + 1, count, generator)
     return rows[:, :-1], rows[:, -1]
 
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from mlcore.jobs import InMemoryContext, ValidationError
+from mlcore.jobs import InMemoryContext, ValidationError, data_mixture
 from mlcore.jobs.references import LocalResolver
 from mlcore.jobs.registry import get_kind
 from mlcore.jobs.runner import execute, prepare
@@ -48,3 +48,29 @@ def test_a_single_source_is_refused():
 def test_an_interval_longer_than_the_search_is_refused():
     with pytest.raises(ValidationError):
         run({"steps": 5, "interval": 10})
+
+
+def test_the_stdlib_problem_reports_how_far_the_found_mixture_is_from_the_known_target():
+    outcome, ctx = run(
+        {"problem": "stdlib-subcorpora", "context": 16, "steps": 20, "interval": 5, "confirm_steps": 10, "lr_z": 0.3}
+    )
+    assert outcome.status == "succeeded", outcome.traceback
+    scalars, series = ctx.metrics.scalars, ctx.metrics.series
+    assert 0 <= scalars["distance_to_target"] <= 1 and len(series["distance_to_target"]) == 4
+    assert series["distance_to_target"][-1][1] == pytest.approx(scalars["distance_to_target"])
+    assert {"confirm_bpb_found", "confirm_bpb_uniform", "confirm_bpb_target"} <= set(scalars)
+    report = json.loads(ctx.artifacts["mixture.json"].path.read_text())
+    assert list(report["mixture"]) == ["code", "docstrings", "comments", "tests", "licence"]
+    assert "from the target mix" in data_mixture.spec.summary_line(scalars)
+
+
+def test_a_target_mix_that_does_not_name_every_sub_corpus_is_refused():
+    with pytest.raises(ValidationError):
+        run({"problem": "stdlib-subcorpora", "target_mix": "0.5,0.5"})
+
+
+def test_the_job_spells_the_sub_corpora_and_target_as_the_library_does():
+    from mlcore.mixture.stdlib_subcorpora import SUBCORPORA, TARGET_MIX
+
+    assert data_mixture.SUBCORPORA == SUBCORPORA
+    assert tuple(TARGET_MIX[name] for name in SUBCORPORA) == data_mixture.TARGET_MIX
