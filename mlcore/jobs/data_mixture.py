@@ -221,6 +221,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
 
     ctx.progress(0.0, "reading the sources")
     problem, target = _problem(params, inputs, ctx)
+    problem.device = ctx.device
     torch.manual_seed(params["seed"])
     config = FastMixConfig(
         steps=params["steps"],

@@ -64,10 +64,11 @@ def doremi_lite(
     uniform_w = torch.full((problem.k,), 1.0 / problem.k)
     reference, _ = train_on_mixture(problem, uniform_w, steps=steps, batch_size=batch_per_source * problem.k, seed=seed)
     generator = torch.Generator().manual_seed(seed + 1)
-    proxy = problem.build(seed + 1)
+    proxy = problem.proxy(seed + 1)
     optimizer = torch.optim.AdamW(proxy.parameters(), lr=lr)
+    uniform_w = uniform_w.to(problem.device)
     log_w = torch.log(uniform_w)
-    total = torch.zeros(problem.k)
+    total = torch.zeros(problem.k, device=problem.device)
     for _ in range(steps):
         batches = [problem.sample(k, batch_per_source, generator) for k in range(problem.k)]
         losses = problem.source_losses(proxy, batches)

@@ -68,7 +68,7 @@ def fastmix(
 ) -> FastMixResult:
     """Run FastMix on ``problem``; the returned weights are sampling proportions for the real run."""
     generator = torch.Generator().manual_seed(seed)
-    model = problem.build(seed)
+    model = problem.proxy(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     z = torch.zeros(problem.k, requires_grad=True)
     z_optimizer = torch.optim.Adam([z], lr=config.lr_z)
@@ -77,7 +77,7 @@ def fastmix(
     for step in range(config.steps):
         batches = [problem.sample(k, config.batch_per_source, generator) for k in range(problem.k)]
         losses = problem.source_losses(model, batches)
-        w = torch.softmax(z.detach(), 0)
+        w = torch.softmax(z.detach(), 0).to(losses.device)
         optimizer.zero_grad(set_to_none=True)
         (w * losses).sum().backward()
         optimizer.step()
@@ -91,7 +91,8 @@ def fastmix(
         )
         g_sources = torch.stack([_flat_grad(loss, params, retain_graph=True) for loss in fresh])
         w = torch.softmax(z.detach(), 0)
-        d_z = mixture_hypergradient(g_val, g_sources, w, config.lr)
+        # z stays on the CPU; the K×K hypergradient comes back from the proxy's device.
+        d_z = mixture_hypergradient(g_val, g_sources, w.to(g_val.device), config.lr).to(z.device)
         if config.entropy:
             # Maximising H(w): ∂(−H)/∂z = J·(log w + 1), added with the coefficient.
             d_z = d_z + config.entropy * (torch.diag(w) - torch.outer(w, w)) @ (torch.log(w) + 1)

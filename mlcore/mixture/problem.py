@@ -23,21 +23,31 @@ class MixtureProblem:
     sample: Callable[[int, int, torch.Generator], Batch]  # (source k, batch size, generator) → (inputs, targets)
     validation: Batch
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = torch.nn.functional.cross_entropy
+    #: Where proxies train. Sources sample on the CPU (seeded generators) and batches move here.
+    device: torch.device | str = "cpu"
 
     @property
     def k(self) -> int:
         return len(self.sources)
 
-    def loss(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    def proxy(self, seed: int) -> torch.nn.Module:
+        """A fresh proxy on the problem's device."""
+        return self.build(seed).to(self.device)
+
+    def on_device(self, batch: Batch) -> Batch:
         inputs, targets = batch
+        return inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
+
+    def loss(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        inputs, targets = self.on_device(batch)
         return self.loss_fn(model(inputs), targets)
 
     def source_losses(self, model: torch.nn.Module, batches: list[Batch]) -> torch.Tensor:
         """``[K]`` per-source losses from one forward pass over the concatenated batches: the same values as
         one pass per source, at a fraction of the cost for small models."""
-        logits = model(torch.cat([inputs for inputs, _ in batches]))
-        parts = logits.split([len(targets) for _, targets in batches])
-        return torch.stack([self.loss_fn(part, targets) for part, (_, targets) in zip(parts, batches, strict=True)])
+        inputs, targets = self.on_device((torch.cat([i for i, _ in batches]), torch.cat([t for _, t in batches])))
+        parts = zip(model(inputs).split([len(t) for _, t in batches]), targets.split([len(t) for _, t in batches]))
+        return torch.stack([self.loss_fn(logits, part_targets) for logits, part_targets in parts])
 
     def validation_loss(self, model: torch.nn.Module) -> float:
         model.eval()
@@ -48,7 +58,7 @@ class MixtureProblem:
 
     def validation_accuracy(self, model: torch.nn.Module) -> float:
         model.eval()
-        inputs, targets = self.validation
+        inputs, targets = self.on_device(self.validation)
         with torch.no_grad():
             value = float((model(inputs).argmax(-1) == targets).float().mean())
         model.train()
@@ -81,7 +91,7 @@ def train_on_mixture(
             f"weights must be {problem.k} non-negative numbers with a positive sum, got {weights.tolist()}"
         )
     generator = torch.Generator().manual_seed(seed)
-    model = problem.build(seed)
+    model = problem.proxy(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     for step in range(steps):
         loss = problem.loss(model, mixed_batch(problem, weights / weights.sum(), batch_size, generator))

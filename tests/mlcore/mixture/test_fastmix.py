@@ -69,3 +69,13 @@ def test_the_baselines_return_mixtures_and_their_cost():
 def test_a_text_source_shorter_than_the_context_is_refused():
     with pytest.raises(ValueError, match="bytes"):
         text_problem({"a": "x" * 100, "b": "tiny"}, "target " * 20, context=16)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_fastmix_and_doremi_train_their_proxies_on_the_problems_device():
+    problem = classification_problem(seed=0)
+    problem.device = "cuda"
+    assert next(problem.proxy(0).parameters()).is_cuda
+    result = fastmix(problem, FastMixConfig(steps=20, interval=5), seed=0)
+    assert abs(sum(result.final) - 1) < 1e-5
+    assert abs(sum(baselines.doremi_lite(problem, steps=10).weights) - 1) < 1e-5
