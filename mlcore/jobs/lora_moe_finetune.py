@@ -1,7 +1,9 @@
 """``lora-moe-finetune``: fine-tune a frozen base model with a mixture of LoRA experts (LD-MoLE).
 
-The base is a tiny encoder (the zoo's ``lora-base-tiny`` or a library copy); the task data are
-the built-in digit tasks of graded difficulty (:mod:`mlcore.lora.tasks`). Routing is LoRA (one
+The base is a tiny encoder: the zoo's ``lora-base-tiny``, a library copy or an uploaded checkpoint
+archive. The task data are the built-in digit tasks of graded difficulty (:mod:`mlcore.lora.tasks`)
+or an uploaded labelled JSONL/CSV file (:mod:`mlcore.lora.labelled`; digits as text, optional
+level groups), validated before training. Routing is LoRA (one
 adapter of rank E·r), top-1 / top-2 softmax, ReLU, fixed sparsemax or LD-MoLE with or without its
 sparsity loss. Reports accuracy overall and per difficulty, active experts per token × projection
 (heatmap), their histogram and the zero-expert rate.
@@ -15,7 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from mlcore.charts import VEGA_LITE, bar_chart
-from mlcore.jobs import Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Multi, Numbers, Seed
+from mlcore.jobs import (
+    Choice,
+    Estimate,
+    File,
+    Float,
+    Int,
+    JobContext,
+    JobError,
+    JobSpec,
+    Model,
+    Multi,
+    Numbers,
+    Seed,
+)
 
 ROUTINGS = ("lora", "top1", "top2", "relu", "sparsemax", "ld-mole", "ld-mole-nosparsity")
 PROJECTIONS = ("q", "k", "v", "o", "up", "down")
@@ -43,13 +58,15 @@ def _estimate(p: dict[str, Any]) -> Estimate:
 GUIDE = """\
 ### How to read this
 
-**What ran.** The frozen base encoder got a mixture of LoRA experts on every chosen projection
-(q, k, v, o, up, down): y = W·x + Σᵢ pᵢ(x)·(α/r)·BᵢAᵢx. Only the experts, the routers (and LD-MoLE's
-shared λ network) and a classification head trained. The task asks about the first *d* digits of
-8 (the first token says which *d*); larger *d* is harder.
+**What ran.** The frozen base model got a mixture of LoRA experts on every chosen projection
+(q, k, v, o, up, down; a language model's fused MoE experts are not linear maps, so there only its
+attention projections and dense MLPs): y = W·x + Σᵢ pᵢ(x)·(α/r)·BᵢAᵢx. Only the experts, the routers
+(and LD-MoLE's shared λ network) and a classification head trained. The built-in task asks about the
+first *d* digits of 8 (the first token says which *d*); larger *d* is harder. An uploaded task file
+replaces it (its groups replace the levels).
 
 **Charts.**
-- *Accuracy by difficulty*: held-out accuracy per level *d*. Chance is about 50 %.
+- *Accuracy by difficulty*: held-out accuracy per level *d* (or uploaded group). Built-in chance is about 50 %.
 - *Active experts per token × projection*: the mean number of experts each token position used
   in each adapted projection. Top-k routings are flat by construction; LD-MoLE's count should vary by
   token and layer. ReLU routing can show cells below 1: tokens that used no expert at all.
@@ -84,16 +101,32 @@ spec = JobSpec(
     name="lora-moe-finetune",
     title="Fine-tune with a mixture of LoRA experts (LD-MoLE)",
     summary="Adapt a frozen base model with LoRA experts routed by top-k, ReLU, sparsemax or LD-MoLE's dynamic router.",
-    version=1,
+    version=2,
     queue="gpu",
     soft_time_limit=2 * 3600,
     time_limit=2 * 3600 + 300,
     params=(
         Model(
             name="model",
-            accepts=("tiny-encoder",),
+            accepts=("tiny-encoder", "hf-moe-lm"),
             default="zoo:lora-base-tiny",
-            help="The frozen base encoder (the zoo's lora-base-tiny or a library copy).",
+            help="The frozen base: a tiny encoder (the zoo's lora-base-tiny) or a Hugging Face MoE language model "
+            "(e.g. zoo:moe-lm-tiny; LoRA experts on its linear projections), from the zoo or the library.",
+        ),
+        File(
+            name="checkpoint",
+            formats=("zip", "tar"),
+            max_bytes=20 * 2**30,
+            help="Or upload a base checkpoint as a zip or tar archive: a tiny encoder (config.json + "
+            "model.safetensors) or a Hugging Face MoE LM (safetensors + config + tokenizer); it replaces the model.",
+        ),
+        File(
+            name="task_file",
+            formats=("json", "csv", "txt"),
+            max_bytes=200 * 2**20,
+            help='Or upload task data: JSONL {"text": ..., "label": ...} or CSV with a text,label header; optional '
+            "split (train/test) and group columns. A tiny encoder reads texts of up to 8 digits (group = level 1-8); "
+            "a language model reads any text. Replaces the built-in task and levels.",
         ),
         Choice(
             name="task",
@@ -165,13 +198,44 @@ def _heatmap(result: Any) -> dict[str, Any]:
     }
 
 
-def _load_base(folder: Path) -> Any:
-    from mlcore.lora.base import TinyEncoder
+def _load_base(folder: Path, device: Any) -> tuple[Any, Any]:
+    """(base, tokenizer or None): MoE Lab's tiny encoder, or a Hugging Face MoE LM wrapped as a LoRA base."""
+    from mlcore.jobs.sniff import native_architecture
+
+    if native_architecture(folder) is not None:
+        from mlcore.lora.base import TinyEncoder
+
+        try:
+            base = TinyEncoder.load(folder)
+        except ValueError as exc:
+            raise JobError(f"Model: {exc}.") from None
+        if base.config.max_length < 9:
+            raise JobError(f"Model: its context ({base.config.max_length} tokens) is too short for 8-digit tasks.")
+        return base, None
+    from mlcore.lora.hf import HFLoRABase, load_hf_lm
+
+    lm, tokenizer = load_hf_lm(folder, device)
+    return HFLoRABase(lm), tokenizer
+
+
+def _task_data(inputs: dict[str, Any], base: Any, tokenizer: Any) -> tuple[Any, tuple[str, ...], Any]:
+    """((train, test) batches, class names, group names) from an uploaded task file, or
+    (None, the built-in classes, None)."""
+    if "task_file" not in inputs:
+        return None, ("no", "yes"), None
+    from mlcore.lora.labelled import LabelledDataError, load_labelled
+    from mlcore.lora.tasks import digit_batches
 
     try:
-        return TinyEncoder.load(folder)
-    except ValueError as exc:
-        raise JobError(f"Model: {exc}.") from None
+        labelled = load_labelled(Path(inputs["task_file"]))
+        if tokenizer is None:
+            return digit_batches(labelled), labelled.classes, None
+        from mlcore.lora.hf import text_batches
+
+        train, test, groups = text_batches(labelled, tokenizer, base.max_length)
+        return (train, test), labelled.classes, groups
+    except LabelledDataError as exc:
+        raise JobError(f"Task file: {exc}.") from None
 
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
@@ -180,11 +244,23 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     from mlcore.lora.mixture import MixtureConfig
     from mlcore.lora.pipeline import FinetuneConfig, finetune
 
-    if "model" not in inputs:
+    # Everything that can refuse the job happens before training, so bad input loses nothing.
+    if "checkpoint" in inputs:
+        from mlcore.jobs.sniff import unpacked_checkpoint
+
+        base, tokenizer = _load_base(unpacked_checkpoint(Path(inputs["checkpoint"]), label="Checkpoint"), ctx.device)
+    elif "model" in inputs:
+        base, tokenizer = _load_base(Path(inputs["model"]), ctx.device)
+    else:
         raise JobError("Model: pick a base encoder (e.g. zoo:lora-base-tiny).")
-    base = _load_base(Path(inputs["model"]))
-    if base.config.max_length < 9:
-        raise JobError(f"Model: its context ({base.config.max_length} tokens) is too short for 8-digit tasks.")
+    data, classes, groups = _task_data(inputs, base, tokenizer)
+    encode = None
+    if tokenizer is not None:
+        from mlcore.lora.hf import as_text
+
+        def encode(batch: Any) -> Any:
+            return as_text(batch, tokenizer, base.max_length)
+
     mixture = MixtureConfig(
         routing=params["routing"],
         experts=params["experts"],
@@ -206,10 +282,20 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         task=params["task"],
         seed=params["seed"],
     )
+    try:
+        sites = [name for name, _, _ in base.lora_sites(mixture.projections)]
+    except ValueError as exc:
+        raise JobError(f"Projections: {exc}.") from None
     torch.manual_seed(params["seed"])
+    task = (
+        f"task {params['task']} at levels {list(config.levels)}"
+        if data is None
+        else f"uploaded task ({len(data[0].targets)} training, {len(data[1].targets)} test rows; labels "
+        f"{', '.join(classes)})"
+    )
     ctx.log(
         f"{params['routing']} routing, {params['experts']} experts of rank {params['rank']} on "
-        f"{', '.join(mixture.projections)}; task {params['task']} at levels {list(config.levels)}"
+        f"{len(sites)} projections ({', '.join(sites)}); {task}"
     )
     ctx.progress(0.02, "fine-tuning")
 
@@ -219,7 +305,9 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
             ctx.metric("loss", loss, step=step)
             ctx.progress(0.02 + 0.9 * step / config.steps, f"step {step} of {config.steps}")
 
-    result = finetune(base, mixture, config, on_step=on_step)
+    result = finetune(
+        base, mixture, config, data=data, classes=len(classes), group_names=groups, encode=encode, on_step=on_step
+    )
     metrics = result.metrics()
     for name, value in metrics.items():
         ctx.metric(name, value)
@@ -271,6 +359,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         json.dumps(
             {
                 "mixture": vars(mixture),
+                "classes": list(classes),
+                "task": "upload" if data is not None else params["task"],
                 "finetune": vars(config),
                 "metrics": metrics,
                 "active_heatmap": result.active_heatmap,

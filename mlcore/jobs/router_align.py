@@ -1,10 +1,14 @@
 """``router-align``: RoMA post-training of an MoE model's routers, against its baselines.
 
-The MoE model is a tiny MoE classifier (pre-trained in the job on the built-in multi-task set, or
-a library copy); only the routers of its last few MoE layers train. Reports accuracy before and
-after on an i.i.d. and a shifted split, for RoMA, CE-only router tuning, C3PO-lite and the
-per-sample oracle; the fraction of the oracle gap each closes; and the k-NN overlap between the
-task-embedding space and the routing space before and after.
+The MoE model is a Hugging Face MoE language model (the zoo's ``moe-lm-tiny``, a library item or an
+uploaded checkpoint archive), adapted through :mod:`mlcore.hf` and scored as multiple choice
+(:mod:`mlcore.routing.hf`), or the tiny MoE classifier the benchmark uses (pre-trained in the job
+when no model is given, or a library copy). The labelled task set is the built-in multi-task set
+(task identity only implicit; an i.i.d. and a shifted split) or an uploaded JSONL/CSV file
+(:mod:`mlcore.lora.labelled`). Only the routers of the last few MoE layers train. Reports accuracy
+before and after for RoMA, CE-only router tuning, C3PO-lite and the per-sample oracle; the fraction
+of the oracle gap each closes; and the k-NN overlap between the task-embedding space and the
+routing space before and after.
 """
 
 from __future__ import annotations
@@ -15,14 +19,20 @@ from pathlib import Path
 from typing import Any
 
 from mlcore.charts import VEGA_LITE
-from mlcore.jobs import Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Seed
+from mlcore.jobs import Choice, Estimate, File, Float, Int, JobContext, JobError, JobSpec, Model, Seed
+
+TASK_FORMAT = (
+    'JSONL objects {"text": ..., "label": ...} or CSV with a text,label header; optional split '
+    "(train/test) and group columns. The model scores each label's first token right after the text."
+)
 
 GUIDE = """\
 ### How to read this
 
-**What ran.** A tiny MoE classifier (4 MoE layers, 8 experts, top-2) answers digit tasks whose
-identity is hidden in the input (a marker token, one of three synonyms per task, anywhere in the
-sequence). Only the router weights of the last *L* layers were then trained, two ways:
+**What ran.** An MoE model answers a labelled task: by default digit tasks whose identity is hidden
+in the input (a marker, one of three synonyms per task, anywhere in the sequence); a language model
+answers as multiple choice (the next-token logits of each label). Only the router weights of the
+last *L* MoE layers were then trained, two ways:
 **CE-only** (cross-entropy) and **RoMA** (cross-entropy + λ·Σⱼ Wᵢⱼ‖rᵢ − rⱼ‖², pulling each sample's
 last-token routing rᵢ toward its *k* nearest *successful* neighbours in a task-embedding space,
 Wᵢⱼ a Gaussian kernel on cosine distance). rᵢ is computed from the live routers, so the regulariser
@@ -48,8 +58,6 @@ over 3 seeds, including where the claim did not reproduce.
 
 def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
     errors = []
-    if p["layers"] > 4:
-        errors.append(("layers", "The built-in MoE classifier has 4 MoE layers; pick 1 to 4."))
     if p["k"] >= p["train_examples"]:
         errors.append(("k", "Must be smaller than the number of training examples."))
     return errors
@@ -66,7 +74,7 @@ def _estimate(p: dict[str, Any]) -> Estimate:
 
 def _summarize(scalars: Mapping[str, Any]) -> str:
     """ "On shifted data RoMA reaches 78.0% accuracy (base 70.0%, oracle 88.0%), closing 44% of the gap …"."""
-    split = "shifted" if "shifted_accuracy_roma" in scalars else "iid"
+    split = next((s for s in ("shifted", "iid", "test") if f"{s}_accuracy_roma" in scalars), "iid")
     return (
         f"On {split} data RoMA reaches {scalars[f'{split}_accuracy_roma']:.1%} accuracy "
         f"(base {scalars[f'{split}_accuracy_base']:.1%}, oracle {scalars[f'{split}_accuracy_oracle']:.1%}), "
@@ -82,15 +90,28 @@ spec = JobSpec(
         "Post-train only the last routers so each sample routes like its successful neighbours; "
         "compare with CE-only, C3PO-lite and the oracle."
     ),
-    version=1,
+    version=2,
     queue="gpu",
     soft_time_limit=2 * 3600,
     time_limit=2 * 3600 + 300,
     params=(
         Model(
             name="model",
-            accepts=("moe-task-classifier",),
-            help="A MoE task classifier from the library; leave empty to pre-train the built-in one in the job.",
+            accepts=("hf-moe-lm", "moe-task-classifier"),
+            help="An MoE language model (e.g. zoo:moe-lm-tiny) or MoE task classifier; leave empty (and upload "
+            "nothing) to pre-train the tiny built-in classifier in the job.",
+        ),
+        File(
+            name="checkpoint",
+            formats=("zip", "tar"),
+            max_bytes=20 * 2**30,
+            help="Or upload a Hugging Face MoE checkpoint (safetensors + config + tokenizer) as a zip or tar archive.",
+        ),
+        File(
+            name="task_file",
+            formats=("json", "csv", "txt"),
+            max_bytes=200 * 2**20,
+            help=f"Labelled task set for a language model (default: the built-in multi-task set). {TASK_FORMAT}",
         ),
         Int(name="pretrain_steps", default=250, min=10, max=100_000, help="Pre-training steps when no model is given."),
         Choice(
@@ -120,8 +141,14 @@ spec = JobSpec(
         ),
         Int(name="epochs", default=3, min=1, max=100, help="Router-tuning epochs."),
         Float(name="lr", default=3e-3, min=1e-6, max=1.0, help="AdamW learning rate for the routers."),
-        Int(name="train_examples", default=1500, min=32, max=200_000, help="Labelled training examples."),
-        Int(name="test_examples", default=600, min=32, max=50_000, help="Test examples per split."),
+        Int(
+            name="train_examples",
+            default=1500,
+            min=32,
+            max=200_000,
+            help="Labelled training examples of the built-in task set (an upload uses its own rows).",
+        ),
+        Int(name="test_examples", default=600, min=32, max=50_000, help="Built-in test examples per split."),
         Int(name="oracle_steps", default=30, min=1, max=1000, help="Per-sample oracle optimisation steps."),
         Seed(name="seed"),
     ),
@@ -155,7 +182,7 @@ def _grouped_bar(title: str, rows: list[dict[str, Any]], y: str, y_title: str) -
     }
 
 
-def _load_model(folder: Path) -> Any:
+def _load_classifier(folder: Path) -> Any:
     from mlcore.routing.model import MoEClassifier
 
     try:
@@ -165,32 +192,62 @@ def _load_model(folder: Path) -> Any:
         raise JobError(f"Model: could not load a moe-task-classifier ({first[:200]}).") from None
 
 
+def _load_lm(folder: Path, classes: tuple[str, ...], device: Any) -> Any:
+    """An adapted HF MoE LM that answers ``classes``; every refusal is a one-line JobError."""
+    from mlcore.hf.architectures import HFModelError
+    from mlcore.lora.hf import load_hf_lm
+    from mlcore.routing.hf import HFRoutedLM
+
+    model, tokenizer = load_hf_lm(folder, device)
+    try:
+        return HFRoutedLM(model, tokenizer, classes)
+    except HFModelError as exc:
+        raise JobError(f"Model: {exc}") from None
+
+
+def _model_folder(inputs: dict[str, Any]) -> Path | None:
+    from mlcore.jobs.sniff import unpacked_checkpoint
+
+    if "checkpoint" in inputs and "model" in inputs:
+        raise JobError("Give either a model or an uploaded checkpoint, not both.")
+    if "checkpoint" in inputs:
+        return unpacked_checkpoint(Path(inputs["checkpoint"]), label="Checkpoint")
+    return Path(inputs["model"]) if "model" in inputs else None
+
+
+def _task_sets(inputs: dict[str, Any], config: Any, *, text: bool, shifted_length: int) -> tuple[Any, dict[str, Any]]:
+    """(train, {split name: test set}): the uploaded task file's train and test rows, or the built-in sets."""
+    from mlcore.routing.roma import builtin_sets
+
+    if "task_file" not in inputs:
+        return builtin_sets(config, shifted_length=shifted_length, text=text)
+    import torch
+
+    from mlcore.lora.labelled import LabelledDataError, load_labelled
+    from mlcore.routing.tasks import TextTaskSet
+
+    try:
+        data = load_labelled(Path(inputs["task_file"]))
+    except LabelledDataError as exc:
+        raise JobError(f"Task file: {exc}.") from None
+
+    def rows(split: str) -> TextTaskSet:
+        index = data.rows(split)
+        labels = torch.tensor([data.labels[i] for i in index], dtype=torch.long)
+        return TextTaskSet(tuple(data.texts[i] for i in index), labels, data.classes)
+
+    return rows("train"), {"test": rows("test")}
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
-    from mlcore.routing.model import MoEClassifierConfig
+    from mlcore.jobs.sniff import native_architecture
+    from mlcore.routing.model import MoEClassifier, MoEClassifierConfig
     from mlcore.routing.roma import AlignConfig, StudyConfig, pretrain_moe, run_study
+    from mlcore.routing.tasks import DIGIT_CLASSES, LENGTH
 
     torch.manual_seed(params["seed"])
-    if "model" in inputs:
-        base = _load_model(Path(inputs["model"]))
-        ctx.log(f"loaded the MoE classifier ({len(base.blocks)} MoE layers)")
-    else:
-        ctx.progress(0.01, "pre-training the MoE classifier")
-        total = params["pretrain_steps"]
-
-        def on_pretrain(step: int, loss: float) -> None:
-            ctx.raise_if_cancelled()
-            if step % 10 == 0:
-                ctx.metric("pretrain_loss", loss, step=step)
-                ctx.progress(0.01 + 0.4 * step / total, f"pre-training, step {step} of {total}")
-
-        base = pretrain_moe(MoEClassifierConfig(), steps=total, seed=params["seed"], on_step=on_pretrain)
-        folder = ctx.workdir / "base"
-        base.save(folder)
-        ctx.artifact("base_model", folder)
-    if params["layers"] > len(base.blocks):
-        raise JobError(f"Layers: the model has {len(base.blocks)} MoE layers; pick at most that many.")
     align = AlignConfig(
         layers=params["layers"],
         k=params["k"],
@@ -209,9 +266,51 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         oracle_steps=params["oracle_steps"],
         seed=params["seed"],
     )
+    # Everything that can refuse the job happens before the first artifact, so bad input leaves nothing.
+    folder = _model_folder(inputs)
+    if folder is not None and native_architecture(folder) is not None:
+        if "task_file" in inputs:
+            raise JobError(
+                "Task file: the MoE task classifier reads only the built-in digit tasks; pick a language model."
+            )
+        base = _load_classifier(folder)
+        train, splits = _task_sets(inputs, config, text=False, shifted_length=base.config.max_length - 1)
+        ctx.log(f"loaded the MoE classifier ({base.num_moe_layers} MoE layers)")
+    elif folder is not None:
+        train, splits = _task_sets(inputs, config, text=True, shifted_length=LENGTH + 2)
+        classes = next(iter(splits.values())).classes if "task_file" in inputs else DIGIT_CLASSES
+        ctx.progress(0.01, "loading the language model")
+        base = _load_lm(folder, classes, ctx.device)
+        ctx.log(
+            f"adapted {base.adapter.arch}: {base.num_moe_layers} MoE layers of {base.num_experts(0)} experts; "
+            f"{len(train)} training prompts, {len(classes)} labels"
+        )
+    else:
+        if "task_file" in inputs:
+            raise JobError("Task file: an uploaded task set needs a language model; pick one (e.g. zoo:moe-lm-tiny).")
+        if params["layers"] > MoEClassifierConfig().layers:
+            raise JobError(f"Layers: the built-in MoE classifier has {MoEClassifierConfig().layers} MoE layers.")
+        ctx.progress(0.01, "pre-training the MoE classifier")
+        total = params["pretrain_steps"]
+
+        def on_pretrain(step: int, loss: float) -> None:
+            ctx.raise_if_cancelled()
+            if step % 10 == 0:
+                ctx.metric("pretrain_loss", loss, step=step)
+                ctx.progress(0.01 + 0.4 * step / total, f"pre-training, step {step} of {total}")
+
+        base = pretrain_moe(MoEClassifierConfig(), steps=total, seed=params["seed"], on_step=on_pretrain)
+        train, splits = _task_sets(inputs, config, text=False, shifted_length=base.config.max_length - 1)
+        saved = ctx.workdir / "base"
+        base.save(saved)
+        ctx.artifact("base_model", saved)
+    if params["layers"] > base.num_moe_layers:
+        raise JobError(f"Layers: the model has {base.num_moe_layers} MoE layers; pick at most that many.")
+    if params["k"] >= len(train):
+        raise JobError(f"K: must be smaller than the {len(train)} training examples.")
     ctx.progress(0.45, "tuning the routers (RoMA and CE-only), then scoring")
     try:
-        out = run_study(base, config, log=ctx.log)
+        out = run_study(base, train, splits, config, log=ctx.log)
     except ValueError as exc:
         raise JobError(f"{exc}.") from None
     ctx.raise_if_cancelled()
@@ -220,7 +319,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
             ctx.metric("regulariser", value, step=step)
     metrics: dict[str, float] = {"successful_train_samples": float(out["successful"])}
     acc_rows, gap_rows, overlap_rows = [], [], []
-    for split in ("iid", "shifted"):
+    for split in splits:
         part = out[split]
         for method, value in part["accuracy"].items():
             metrics[f"{split}_accuracy_{method}"] = value
@@ -254,6 +353,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     tuned = ctx.workdir / "roma_model"
     out["models"]["roma"].save(tuned)
     ctx.artifact("roma_model", tuned)
+    kind = "moe-task-classifier" if isinstance(base, MoEClassifier) else "hf-moe-lm"
+    ctx.register(kind, tuned, {"method": "roma", "layers": out["layers"], "lam": params["lam"], "k": params["k"]})
     report = ctx.workdir / "report.json"
     report.write_text(
         json.dumps(
@@ -261,11 +362,12 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         )
     )
     ctx.artifact("report.json", report, "application/json")
-    iid = out["iid"]["accuracy"]
+    first = next(iter(splits))
+    acc = out[first]["accuracy"]
     ctx.log(
-        f"i.i.d. accuracy: base {iid['base']:.3f} → RoMA {iid['roma']:.3f} (CE-only {iid['ce_only']:.3f}, "
-        f"C3PO-lite {iid['c3po_lite']:.3f}, oracle {iid['oracle']:.3f}); RoMA closed "
-        f"{out['iid']['gap_closed']['roma']:.2f} of the oracle gap"
+        f"{first} accuracy: base {acc['base']:.3f} → RoMA {acc['roma']:.3f} (CE-only {acc['ce_only']:.3f}, "
+        f"C3PO-lite {acc['c3po_lite']:.3f}, oracle {acc['oracle']:.3f}); RoMA closed "
+        f"{out[first]['gap_closed']['roma']:.2f} of the oracle gap"
     )
     ctx.progress(1.0, "done")
     return metrics

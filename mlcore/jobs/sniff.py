@@ -181,3 +181,24 @@ def _untar(archive: Path, dest: Path, max_bytes: int, compressed: int) -> None:
                     raise JobError(f"Archive member {member.name!r} is a link or device; refusing.")
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise JobError(f"{archive.name}: corrupt tar archive ({exc}).") from None
+
+
+def unpacked_checkpoint(root: Path, *, label: str, marker: str = "config.json") -> Path:
+    """The folder of an unpacked checkpoint archive that holds ``marker``: the archive's root or a
+    folder one level down (archives made of a directory). A :class:`JobError` naming ``label`` otherwise."""
+    for folder in [root, *sorted(p.parent for p in root.glob(f"*/{marker}"))]:
+        if (folder / marker).is_file():
+            return folder
+    raise JobError(f"{label}: the uploaded archive holds no {marker}; archive the checkpoint directory.")
+
+
+def native_architecture(folder: Path) -> str | None:
+    """The ``architecture`` MoE Lab's own checkpoints name in config.json (e.g. ``lora-tiny-encoder``),
+    or ``None`` for a Hugging Face checkpoint (whose config has a ``model_type``) or no readable config."""
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict) or "model_type" in raw or not isinstance(raw.get("architecture"), str):
+        return None
+    return raw["architecture"]

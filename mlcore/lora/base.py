@@ -79,6 +79,18 @@ class TinyEncoder(nn.Module):
             x = block(x)
         return self.norm(x)
 
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden
+
+    def pooled(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
+        """The first (task or level) token's final hidden state [B, H]: what a classification head reads."""
+        return self(tokens)[:, 0]
+
+    def lora_sites(self, projections: tuple[str, ...]) -> list[tuple[str, nn.Module, str]]:
+        """(name, block, attribute) of each adaptable projection, e.g. ``("0.q", block, "q")``."""
+        return [(f"{i}.{name}", block, name) for i, block in enumerate(self.blocks) for name in projections]
+
     def save(self, folder: Path) -> None:
         from safetensors.torch import save_file
 

@@ -147,26 +147,28 @@ class LoRAMixtureLinear(nn.Module):
 
 
 def attach_lora_mixture(model: nn.Module, config: MixtureConfig) -> list[tuple[str, LoRAMixtureLinear]]:
-    """Freeze ``model`` and replace each block's ``config.projections`` by a :class:`LoRAMixtureLinear`.
+    """Freeze ``model`` and replace each of its ``config.projections`` by a :class:`LoRAMixtureLinear`.
 
-    Returns (name, module) pairs in model order, e.g. ``("0.q", module)``. LD-MoLE routings share
-    one :class:`LambdaNet` (one input head per input width), stored on the model as ``lambda_net``.
+    The model names its projections through ``lora_sites(projections)``: (name, parent module,
+    attribute) triples in model order, e.g. ``("0.q", block, "q")``. Returns (name, module) pairs.
+    LD-MoLE routings share one :class:`LambdaNet` (one input head per input width), stored on the
+    model as ``lambda_net``.
     """
+    sites_of = getattr(model, "lora_sites", None)
+    if sites_of is None:
+        raise ValueError(f"{type(model).__name__} does not name its projections (lora_sites); use a supported base")
+    sites = sites_of(config.projections)
     model.requires_grad_(False)
-    blocks = getattr(model, "blocks", None)
-    if blocks is None:
-        raise ValueError("the model has no `blocks`; LoRA mixtures attach to the tiny encoder's blocks")
     lambda_net = None
     if config.routing in ("ld-mole", "ld-mole-nosparsity"):
-        widths = {getattr(block, name).in_features for block in blocks for name in config.projections}
+        widths = {getattr(parent, attr).in_features for _, parent, attr in sites}
         lambda_net = LambdaNet(widths, hidden=config.lambda_hidden)
         model.lambda_net = lambda_net
     adapted = []
-    for index, block in enumerate(blocks):
-        for name in config.projections:
-            module = LoRAMixtureLinear(getattr(block, name), config, lambda_net)
-            setattr(block, name, module)
-            adapted.append((f"{index}.{name}", module))
+    for name, parent, attr in sites:
+        module = LoRAMixtureLinear(getattr(parent, attr), config, lambda_net)
+        setattr(parent, attr, module)
+        adapted.append((name, module))
     return adapted
 
 

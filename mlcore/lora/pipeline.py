@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,7 +101,8 @@ class FinetuneConfig:
 @dataclass
 class FinetuneResult:
     accuracy: float
-    accuracy_by_level: dict[int, float]
+    #: Held-out accuracy per level d (int) or per uploaded group (its name).
+    accuracy_by_level: dict[Any, float]
     #: Mean active experts per token, per adapted projection ("0.q", ...) and position.
     active_heatmap: dict[str, list[float]]
     #: How many (token, projection) pairs used 0, 1, 2, … experts.
@@ -123,70 +125,94 @@ class FinetuneResult:
             "trainable_parameters": float(self.trainable_parameters),
             "seconds": self.seconds,
         }
-        out.update({f"accuracy_d{d}": a for d, a in self.accuracy_by_level.items()})
+        out.update({_accuracy_name(d): a for d, a in self.accuracy_by_level.items()})
         if self.mean_lambda is not None:
             out["mean_lambda"] = self.mean_lambda
         return out
 
 
-class Classifier(nn.Module):
-    """The adapted encoder and a fresh classification head on the first (level) token."""
+def _accuracy_name(group: Any) -> str:
+    """``accuracy_d3`` for a level, ``accuracy_<group>`` (a safe slug) for an uploaded group."""
+    if isinstance(group, int):
+        return f"accuracy_d{group}"
+    return "accuracy_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", str(group))[:40]
 
-    def __init__(self, encoder: TinyEncoder, classes: int = 2) -> None:
+
+class Classifier(nn.Module):
+    """The adapted base and a fresh classification head on its pooled state (the tiny encoder's
+    level token, a language model's last token)."""
+
+    def __init__(self, encoder: nn.Module, classes: int = 2) -> None:
         super().__init__()
         self.encoder = encoder
-        self.head = nn.Linear(encoder.config.hidden, classes)
+        self.head = nn.Linear(encoder.hidden_size, classes)
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        return self.head(self.encoder(tokens)[:, 0])
+    def forward(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
+        return self.head(self.encoder.pooled(tokens, mask))
 
 
 def _evaluate(
-    model: Classifier, adapted: list[tuple[str, LoRAMixtureLinear]], data: TaskBatch, levels: tuple[int, ...]
+    model: Classifier, adapted: list[tuple[str, LoRAMixtureLinear]], data: TaskBatch, levels: tuple[Any, ...]
 ) -> dict[str, Any]:
     model.eval()
     with torch.no_grad():
-        predictions = model(data.tokens).argmax(-1)
+        predictions = model(data.tokens, data.mask).argmax(-1)
     correct = (predictions == data.targets).float()
-    assert data.levels is not None
     shape = data.tokens.shape
+    real = torch.ones(shape, dtype=torch.bool) if data.mask is None else data.mask.bool()  # padding is no token
     counts = torch.stack([module.active.reshape(shape) for _, module in adapted])  # [modules, B, N]
-    lams = [module.lam for _, module in adapted if module.lam is not None]
+    used = counts[:, real]  # [modules, real tokens]
+    per_position = real.sum(0).clamp_min(1)
+    lams = [module.lam.reshape(shape)[real] for _, module in adapted if module.lam is not None]
     experts = max(module.num_experts for _, module in adapted)
     return {
         "accuracy": float(correct.mean()),
-        "by_level": {d: float(correct[data.levels == d].mean()) for d in levels},
-        "heatmap": {name: counts[i].float().mean(0).tolist() for i, (name, _) in enumerate(adapted)},
-        "histogram": torch.bincount(counts.reshape(-1), minlength=experts + 1).tolist(),
-        "mean_active": float(counts.float().mean()),
-        "zero_rate": float((counts == 0).float().mean()),
-        "at_most_two": float((counts <= 2).float().mean()),
+        "by_level": {} if data.levels is None else {d: float(correct[data.levels == d].mean()) for d in levels},
+        "heatmap": {name: ((counts[i] * real).sum(0) / per_position).tolist() for i, (name, _) in enumerate(adapted)},
+        "histogram": torch.bincount(used.reshape(-1), minlength=experts + 1).tolist(),
+        "mean_active": float(used.float().mean()),
+        "zero_rate": float((used == 0).float().mean()),
+        "at_most_two": float((used <= 2).float().mean()),
         "mean_lambda": float(torch.cat(lams).mean()) if lams else None,
     }
 
 
 def finetune(
-    base: TinyEncoder,
+    base: nn.Module,
     mixture: MixtureConfig,
     config: FinetuneConfig,
     *,
+    data: tuple[TaskBatch, TaskBatch] | None = None,
+    classes: int = 2,
+    group_names: tuple[str, ...] | None = None,
+    encode: Callable[[TaskBatch], TaskBatch] | None = None,
     on_step: Callable[[int, float], None] | None = None,
 ) -> FinetuneResult:
-    """Fine-tune a copy of ``base`` (frozen) with LoRA experts and a classification head on the
-    task's levels, then evaluate on fresh examples."""
+    """Fine-tune a copy of ``base`` (frozen; the tiny encoder or :class:`mlcore.lora.hf.HFLoRABase`)
+    with LoRA experts and a classification head, then evaluate on held-out examples: the built-in
+    task's levels (passed through ``encode`` first, e.g. into prompts for a language model), or
+    ``data`` = (train, test) batches of ``classes`` classes from uploaded task data, whose
+    ``levels`` are levels, indices into ``group_names``, or absent."""
     started = time.perf_counter()
     torch.manual_seed(config.seed)
     encoder = copy.deepcopy(base)
     if any(d > LENGTH for d in config.levels):
         raise ValueError(f"levels must not exceed the sequence length {LENGTH}")
     adapted = attach_lora_mixture(encoder, mixture)
-    model = Classifier(encoder)
-    train = level_batch(
-        config.task, config.train_examples, torch.Generator().manual_seed(10_000 + config.seed), config.levels
-    )
-    test = level_batch(
-        config.task, config.eval_examples, torch.Generator().manual_seed(20_000 + config.seed), config.levels
-    )
+    model = Classifier(encoder, classes)
+    if data is None:
+        train = level_batch(
+            config.task, config.train_examples, torch.Generator().manual_seed(10_000 + config.seed), config.levels
+        )
+        test = level_batch(
+            config.task, config.eval_examples, torch.Generator().manual_seed(20_000 + config.seed), config.levels
+        )
+        if encode is not None:
+            train, test = encode(train), encode(test)
+        levels: tuple[Any, ...] = config.levels
+    else:
+        train, test = data
+        levels = () if test.levels is None else tuple(sorted(set(test.levels.tolist())))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     schedule = warmup_cosine(optimizer, config.steps)
@@ -194,8 +220,8 @@ def finetune(
     losses: list[tuple[int, float]] = []
     model.train()
     for step in range(config.steps):
-        index = torch.randint(0, config.train_examples, (config.batch_size,), generator=order)
-        logits = model(train.tokens[index])
+        index = torch.randint(0, len(train.targets), (config.batch_size,), generator=order)
+        logits = model(train.tokens[index], None if train.mask is None else train.mask[index])
         loss = nn.functional.cross_entropy(logits, train.targets[index], label_smoothing=config.label_smoothing)
         loss = loss + sum((module.aux_loss for _, module in adapted), torch.zeros(()))
         optimizer.zero_grad(set_to_none=True)
@@ -206,7 +232,9 @@ def finetune(
         losses.append((step, loss.item()))
         if on_step is not None:
             on_step(step, losses[-1][1])
-    ev = _evaluate(model, adapted, test, config.levels)
+    ev = _evaluate(model, adapted, test, levels)
+    if group_names is not None:
+        ev["by_level"] = {group_names[i]: a for i, a in ev["by_level"].items()}
     return FinetuneResult(
         accuracy=ev["accuracy"],
         accuracy_by_level=ev["by_level"],

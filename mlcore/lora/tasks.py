@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from mlcore.lora.labelled import LabelledData, LabelledDataError
+
 PAD = 0
 #: The first token names the pre-training task (2…5) or the fine-tuning level (10 + d).
 PRETRAIN_TASKS: tuple[str, ...] = ("copy", "reverse", "prefix-sum", "sort")
@@ -34,7 +36,8 @@ LENGTH = 8
 class TaskBatch:
     tokens: Tensor  #: [B, 1 + length] int64: the task or level token, then the digits
     targets: Tensor  #: [B, length] (pre-training) or [B] (fine-tuning) int64
-    levels: Tensor | None = None  #: [B] the difficulty d of each fine-tuning example
+    levels: Tensor | None = None  #: [B] the difficulty d (or uploaded group index) of each fine-tuning example
+    mask: Tensor | None = None  #: [B, N] 1 for real tokens, 0 for right padding (language-model bases)
 
 
 def _digits(n: int, length: int, generator: torch.Generator) -> Tensor:
@@ -78,3 +81,35 @@ def level_batch(
     level = torch.tensor(levels)[torch.randint(0, len(levels), (n,), generator=generator)]
     tokens = torch.cat([(LEVEL_OFFSET + level)[:, None], digits + DIGIT_OFFSET], dim=1)
     return TaskBatch(tokens, level_labels(task, digits, level), level)
+
+
+def digit_batches(data: LabelledData, length: int = LENGTH) -> tuple[TaskBatch, TaskBatch]:
+    """Uploaded task data (:mod:`mlcore.lora.labelled`) as (train, test) batches for the tiny
+    encoder, which reads digits only: each text is up to ``length`` digits (spaces ignored), padded
+    with PAD; the first token is the level d, the row's ``group`` (1…length) or else its digit count."""
+    rows = {"train": data.rows("train"), "test": data.rows("test")}
+    tokens = torch.full((len(data.texts), 1 + length), PAD, dtype=torch.int64)
+    levels = torch.empty(len(data.texts), dtype=torch.int64)
+    for i, text in enumerate(data.texts):
+        digits = text.replace(" ", "")
+        if not digits.isdigit() or not digits.isascii() or len(digits) > length:
+            raise LabelledDataError(
+                f"row {i + 1}: the tiny encoder reads up to {length} digits 0-9, got {text[:40]!r}; "
+                "use a language-model base for free text"
+            )
+        level = len(digits)
+        if data.groups is not None:
+            group = data.groups[i]
+            if not group.isdigit() or not 1 <= int(group) <= length:
+                raise LabelledDataError(f"row {i + 1}: group must be a level between 1 and {length}, got {group!r}")
+            level = int(group)
+        levels[i] = level
+        tokens[i, 0] = LEVEL_OFFSET + level
+        tokens[i, 1 : 1 + len(digits)] = torch.tensor([DIGIT_OFFSET + int(c) for c in digits])
+    labels = torch.tensor(data.labels, dtype=torch.int64)
+
+    def batch(split: str) -> TaskBatch:
+        index = torch.tensor(rows[split], dtype=torch.int64)
+        return TaskBatch(tokens[index], labels[index], levels[index])
+
+    return batch("train"), batch("test")

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from mlcore.moe.layer import MoELayer
 from mlcore.moe.routers import Routing, TopKSoftmaxRouter, at_least_float32
-from mlcore.routing.tasks import CLASSES, LENGTH, VOCAB_SIZE
+from mlcore.routing.tasks import CLASSES, LENGTH, VOCAB_SIZE, MultiTaskSet
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,36 @@ class MoEClassifier(nn.Module):
         finally:
             for block in self.blocks:
                 block.router.override = None
+
+    # -- the RoMA subject interface (mlcore.routing.roma.Subject) --------------------------------
+    @property
+    def num_moe_layers(self) -> int:
+        return len(self.blocks)
+
+    def num_experts(self, layer: int) -> int:
+        return self.config.experts
+
+    def classify(self, data: MultiTaskSet, override: dict[int, Tensor] | None = None) -> Tensor:
+        return self(data.tokens, override)
+
+    def hidden_mean(self, data: MultiTaskSet) -> Tensor:
+        return self.hidden_states(data.tokens).mean(1)
+
+    def router_parameters(self, layers: list[int]) -> list[nn.Parameter]:
+        """Freeze everything, then unfreeze only the router weights of ``layers``."""
+        self.requires_grad_(False)
+        params = [self.blocks[i].router.weight for i in layers]
+        for p in params:
+            p.requires_grad_(True)
+        return params
+
+    def router_probs(self) -> list[tuple[Tensor, int]]:
+        """(probabilities [T, E] of the last forward, top-k) per MoE layer, live, for balance losses."""
+        out = []
+        for block in self.blocks:
+            assert block.router.probs is not None, "run a forward pass first"
+            out.append((block.router.probs, self.config.top_k))
+        return out
 
     def last_token_probs(self, layers: list[int], batch: int) -> Tensor:
         """The live routing vector r: last-token router probabilities of ``layers``, concatenated

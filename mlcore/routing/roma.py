@@ -23,16 +23,37 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
 
 from mlcore.lora.pipeline import warmup_cosine
 from mlcore.routing.model import MoEClassifier, MoEClassifierConfig
-from mlcore.routing.tasks import MultiTaskSet, multitask_set
+from mlcore.routing.tasks import as_text, multitask_set
 
 EMBEDDINGS: tuple[str, ...] = ("tfidf-svd", "hidden-mean")
+#: Rows per evaluation forward pass.
+CHUNK = 256
+
+
+class Subject(Protocol):
+    """What RoMA needs of an MoE model: the tiny :class:`~mlcore.routing.model.MoEClassifier` or an
+    adapted Hugging Face MoE LM (:class:`mlcore.routing.hf.HFRoutedLM`). ``data`` is a labelled set
+    with ``labels``, ``subset(index)`` and ``texts()``; layer numbers are positions among the MoE
+    layers."""
+
+    @property
+    def num_moe_layers(self) -> int: ...
+    def num_experts(self, layer: int) -> int: ...
+    def classify(self, data: Any, override: dict[int, Tensor] | None = None) -> Tensor: ...
+    def last_token_probs(self, layers: list[int], batch: int) -> Tensor: ...
+    def hidden_mean(self, data: Any) -> Tensor: ...
+    def router_parameters(self, layers: list[int]) -> list[nn.Parameter]: ...
+    def router_probs(self) -> list[tuple[Tensor, int]]: ...
+    def clone(self) -> Any: ...
+    def train(self) -> Any: ...
+    def eval(self) -> Any: ...
 
 
 # -- pre-training the base MoE -----------------------------------------------------------------
@@ -46,36 +67,64 @@ def pretrain_moe(
     balance_weight: float = 0.01,
     on_step: Callable[[int, float], None] | None = None,
 ) -> MoEClassifier:
-    """Train the whole classifier on the multi-task mix (CE + a per-layer Switch balance loss)."""
+    """Train the whole tiny classifier on the multi-task mix (CE + a per-layer Switch balance loss)."""
+    torch.manual_seed(seed)
+    model = MoEClassifier(config)
+    pretrain(
+        model,
+        model.parameters(),
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        balance_weight=balance_weight,
+        on_step=on_step,
+    )
+    return model.eval()
+
+
+def pretrain(
+    subject: Subject,
+    params: Any,
+    *,
+    text: bool = False,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    balance_weight: float,
+    on_step: Callable[[int, float], None] | None = None,
+) -> None:
+    """Train ``params`` of ``subject`` on fresh batches of the built-in multi-task mix (as prompts
+    when ``text``): cross-entropy on the answer plus a per-layer Switch balance loss on the routers."""
     from mlcore.moe.losses import switch_load_balance_loss
     from mlcore.moe.routers import Routing
 
-    torch.manual_seed(seed)
-    model = MoEClassifier(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    params = list(params)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
     schedule = warmup_cosine(optimizer, steps)
     generator = torch.Generator().manual_seed(50_000 + seed)
-    model.train()
+    subject.train()
     for step in range(steps):
         data = multitask_set(batch_size, generator)
-        loss = nn.functional.cross_entropy(model(data.tokens), data.labels)
-        for block in model.blocks:
-            probs = block.router.probs
-            assert probs is not None
-            _, ids = torch.topk(probs, config.top_k, dim=-1)
-            loss = loss + balance_weight * switch_load_balance_loss(Routing(ids, probs, probs, probs, config.experts))
+        logits = subject.classify(as_text(data) if text else data)
+        loss = nn.functional.cross_entropy(logits, data.labels.to(logits.device))
+        for probs, top_k in subject.router_probs():
+            _, ids = torch.topk(probs, top_k, dim=-1)
+            routing = Routing(ids, probs, probs, probs, probs.shape[-1])
+            loss = loss + balance_weight * switch_load_balance_loss(routing).to(loss.device)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         schedule.step()
         if on_step is not None:
             on_step(step, loss.item())
-    return model.eval()
+    subject.eval()
 
 
 # -- embeddings, routing vectors and neighbours ------------------------------------------------
-def tfidf_svd_embedder(train: MultiTaskSet, dims: int = 16, seed: int = 0) -> Callable[[MultiTaskSet], Tensor]:
+def tfidf_svd_embedder(train: Any, dims: int = 16, seed: int = 0) -> Callable[[Any], Tensor]:
     """TF-IDF over the example's words (unigrams and bigrams), reduced by truncated SVD; fitted on
     the training split and applied to any split."""
     from sklearn.decomposition import TruncatedSVD
@@ -85,28 +134,37 @@ def tfidf_svd_embedder(train: MultiTaskSet, dims: int = 16, seed: int = 0) -> Ca
     matrix = vectorizer.fit_transform(train.texts())
     svd = TruncatedSVD(n_components=min(dims, matrix.shape[1] - 1), random_state=seed).fit(matrix)
 
-    def embed(data: MultiTaskSet) -> Tensor:
+    def embed(data: Any) -> Tensor:
         return torch.tensor(svd.transform(vectorizer.transform(data.texts())), dtype=torch.float32)
 
     return embed
 
 
-def hidden_mean_embedder(model: MoEClassifier) -> Callable[[MultiTaskSet], Tensor]:
+def hidden_mean_embedder(model: Subject) -> Callable[[Any], Tensor]:
     """The frozen base model's mean-pooled final hidden states."""
     frozen = model.clone().eval()
 
-    def embed(data: MultiTaskSet) -> Tensor:
+    def embed(data: Any) -> Tensor:
         with torch.no_grad():
-            return frozen.hidden_states(data.tokens).mean(1)
+            return torch.cat([frozen.hidden_mean(part) for part in _chunks(data)])
 
     return embed
 
 
-def routing_vectors(model: MoEClassifier, data: MultiTaskSet, layers: list[int]) -> tuple[Tensor, Tensor]:
+def _chunks(data: Any, size: int = CHUNK) -> list[Any]:
+    """``data`` in pieces of ``size`` rows, so evaluation of a large set stays within memory."""
+    return [data.subset(torch.arange(start, min(start + size, len(data)))) for start in range(0, len(data), size)]
+
+
+def routing_vectors(model: Subject, data: Any, layers: list[int]) -> tuple[Tensor, Tensor]:
     """(r [N, L·E], correct [N] bool) without gradient."""
+    rs, correct = [], []
     with torch.no_grad():
-        logits = model(data.tokens)
-        return model.last_token_probs(layers, len(data)), logits.argmax(-1) == data.labels
+        for part in _chunks(data):
+            logits = model.classify(part)
+            rs.append(model.last_token_probs(layers, len(part)))
+            correct.append(logits.argmax(-1).cpu() == part.labels)
+    return torch.cat(rs), torch.cat(correct)
 
 
 def neighbours(
@@ -138,14 +196,20 @@ def knn_overlap(a: Tensor, b: Tensor, k: int = 10) -> float:
         cos.fill_diagonal_(-2.0)
         return cos.topk(k, dim=-1).indices
 
+    k = min(k, len(a) - 1)  # a small uploaded test split has fewer rows than k
     ia, ib = knn(a), knn(b)
     hits = (ia.unsqueeze(-1) == ib.unsqueeze(-2)).any(-1).float()
     return float(hits.mean())
 
 
-def accuracy(model: MoEClassifier, data: MultiTaskSet, override: dict[int, Tensor] | None = None) -> float:
+def accuracy(model: Subject, data: Any, override: dict[int, Tensor] | None = None) -> float:
+    hits = 0
     with torch.no_grad():
-        return float((model(data.tokens, override).argmax(-1) == data.labels).float().mean())
+        for start in range(0, len(data), CHUNK):
+            rows = torch.arange(start, min(start + CHUNK, len(data)))
+            part = {layer: p[rows] for layer, p in override.items()} if override else None
+            hits += int((model.classify(data.subset(rows), part).argmax(-1).cpu() == data.labels[rows]).sum())
+    return hits / len(data)
 
 
 # -- router alignment --------------------------------------------------------------------------
@@ -171,31 +235,22 @@ class AlignConfig:
 
 @dataclass
 class AlignResult:
-    model: MoEClassifier
+    model: Any  #: the tuned copy (a Subject)
     ce: list[float] = field(default_factory=list)
     regulariser: list[float] = field(default_factory=list)
     successful: int = 0
 
 
-def last_layers(model: MoEClassifier, count: int) -> list[int]:
-    total = len(model.blocks)
+def last_layers(model: Subject, count: int) -> list[int]:
+    total = model.num_moe_layers
     if not 1 <= count <= total:
         raise ValueError(f"layers must be between 1 and the model's {total} MoE layers, got {count}")
     return list(range(total - count, total))
 
 
-def router_parameters(model: MoEClassifier, layers: list[int]) -> list[nn.Parameter]:
-    """Freeze everything, then unfreeze only the router weights of ``layers``."""
-    model.requires_grad_(False)
-    params = [model.blocks[i].router.weight for i in layers]
-    for p in params:
-        p.requires_grad_(True)
-    return params
-
-
 def align_routers(
-    base: MoEClassifier,
-    train: MultiTaskSet,
+    base: Subject,
+    train: Any,
     embeddings: Tensor,
     config: AlignConfig,
     *,
@@ -205,7 +260,7 @@ def align_routers(
     torch.manual_seed(config.seed)
     model = base.clone()
     layers = last_layers(model, config.layers)
-    params = router_parameters(model, layers)
+    params = model.router_parameters(layers)
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     r_all, correct = routing_vectors(model, train, layers)
     success = torch.nonzero(correct).squeeze(-1)
@@ -227,12 +282,12 @@ def align_routers(
         order = torch.randperm(len(train), generator=generator)
         for start in range(0, len(train), config.batch_size):
             batch = order[start : start + config.batch_size]
-            logits = model(train.tokens[batch])
-            ce = nn.functional.cross_entropy(logits, train.labels[batch])
+            logits = model.classify(train.subset(batch))
+            ce = nn.functional.cross_entropy(logits, train.labels[batch].to(logits.device))
             r = model.last_token_probs(layers, len(batch))  # live: the regulariser's gradient reaches W_g
             reg = manifold_loss(r, targets[index[batch]], weights[batch])
             lam = config.lam * min(1.0, (step + 1) / max(1, config.warmup))
-            loss = ce + lam * reg
+            loss = ce.to(reg.device) + lam * reg
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -246,8 +301,8 @@ def align_routers(
 
 
 def c3po_lite(
-    model: MoEClassifier,
-    test: MultiTaskSet,
+    model: Subject,
+    test: Any,
     test_embeddings: Tensor,
     bank_embeddings: Tensor,
     bank_routing: Tensor,
@@ -259,35 +314,38 @@ def c3po_lite(
     kernel-weighted mean of its k successful neighbours' routing vectors. No training."""
     index, weights = neighbours(test_embeddings, bank_embeddings, k, sigma)
     mixed = (weights.unsqueeze(-1) * bank_routing[index]).sum(1)  # [N, L·E]
-    experts = model.config.experts
-    override = {layer: mixed[:, i * experts : (i + 1) * experts] for i, layer in enumerate(layers)}
-    return accuracy(model, test, override)
+    return accuracy(model, test, split_layers(model, mixed, layers))
 
 
-def oracle_accuracy(
-    model: MoEClassifier, test: MultiTaskSet, layers: list[int], steps: int = 30, lr: float = 0.3
-) -> float:
+def split_layers(model: Subject, r: Tensor, layers: list[int]) -> dict[int, Tensor]:
+    """A concatenated routing vector [N, L·E] back into layer → [N, E]."""
+    sizes = [model.num_experts(layer) for layer in layers]
+    return dict(zip(layers, r.split(sizes, dim=-1), strict=True))
+
+
+def oracle_accuracy(model: Subject, test: Any, layers: list[int], steps: int = 30, lr: float = 0.3) -> float:
     """Per-sample oracle: optimise each test sample's own last-layer routing logits on its own
-    label with a few Adam steps (all samples at once; their losses are independent), then score.
-    A sample counts as solved if any step's routing answers it: the best per-sample routing."""
-    model = model.clone().requires_grad_(False).eval()
-    with torch.no_grad():
-        model(test.tokens)
-        start = [
-            torch.log(model.blocks[i].router.probs.view(len(test), -1, model.config.experts)[:, -1]) for i in layers
-        ]
-    z = nn.Parameter(torch.stack(start, 1).clone())  # [N, L, E]
-    optimizer = torch.optim.Adam([z], lr=lr)
-    solved = torch.zeros(len(test), dtype=torch.bool)
-    for _ in range(steps + 1):
-        override = {layer: torch.softmax(z[:, i], -1) for i, layer in enumerate(layers)}
-        logits = model(test.tokens, override)
-        solved |= (logits.argmax(-1) == test.labels).detach()
-        loss = nn.functional.cross_entropy(logits, test.labels, reduction="sum")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    return float(solved.float().mean())
+    label with a few Adam steps (a chunk of samples at once; their losses are independent), then
+    score. A sample counts as solved if any step's routing answers it: the best per-sample routing."""
+    model = model.clone()
+    model.router_parameters([])  # everything frozen: only the routing logits z move
+    model.eval()
+    solved = []
+    for part in _chunks(test):
+        start = torch.log(routing_vectors(model, part, layers)[0].clamp_min(1e-20))
+        z = nn.Parameter(start.clone())  # [n, L·E]
+        optimizer = torch.optim.Adam([z], lr=lr)
+        hit = torch.zeros(len(part), dtype=torch.bool)
+        for _ in range(steps + 1):
+            override = {layer: torch.softmax(zl, -1) for layer, zl in split_layers(model, z, layers).items()}
+            logits = model.classify(part, override)
+            hit |= (logits.argmax(-1).cpu() == part.labels).detach()
+            loss = nn.functional.cross_entropy(logits, part.labels.to(logits.device), reduction="sum")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        solved.append(hit)
+    return float(torch.cat(solved).float().mean())
 
 
 # -- the whole study ---------------------------------------------------------------------------
@@ -306,25 +364,38 @@ def gap_closed(acc: float, base: float, oracle: float) -> float:
     return (acc - base) / (oracle - base) if oracle - base > 1e-9 else 0.0
 
 
-def run_study(
-    base: MoEClassifier, config: StudyConfig, *, log: Callable[[str], None] = lambda _: None
-) -> dict[str, Any]:
-    """Base, CE-only, RoMA, C3PO-lite and the oracle on an i.i.d. and a shifted (longer inputs) test split."""
-    if config.embedding not in EMBEDDINGS:
-        raise ValueError(f"embedding must be one of {EMBEDDINGS}, got {config.embedding!r}")
+def builtin_sets(config: StudyConfig, *, shifted_length: int, text: bool = False) -> tuple[Any, dict[str, Any]]:
+    """The built-in multi-task set: a training split, an i.i.d. test split and a shifted one
+    (inputs of ``shifted_length`` digits); as prompts for a language model when ``text``."""
     generator = torch.Generator().manual_seed(70_000 + config.seed)
     train = multitask_set(config.train_examples, generator)
     splits = {
         "iid": multitask_set(config.test_examples, generator),
-        "shifted": multitask_set(config.test_examples, generator, length=base.config.max_length - 1),
+        "shifted": multitask_set(config.test_examples, generator, length=shifted_length),
     }
+    if text:
+        return as_text(train), {name: as_text(data) for name, data in splits.items()}
+    return train, splits
+
+
+def run_study(
+    base: Subject,
+    train: Any,
+    splits: dict[str, Any],
+    config: StudyConfig,
+    *,
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Base, CE-only, RoMA, C3PO-lite and the oracle, tuned on ``train`` and scored on each of ``splits``."""
+    if config.embedding not in EMBEDDINGS:
+        raise ValueError(f"embedding must be one of {EMBEDDINGS}, got {config.embedding!r}")
     embed = (
         tfidf_svd_embedder(train, seed=config.seed) if config.embedding == "tfidf-svd" else hidden_mean_embedder(base)
     )
     train_emb = embed(train)
     layers = last_layers(base, config.align.layers)
     a = config.align
-    log(f"{len(train)} training samples; tuning the routers of layers {layers}")
+    log(f"{len(train)} training samples; tuning the routers of MoE layers {layers}")
     roma = align_routers(base, train, train_emb, a)
     ce_only = align_routers(base, train, train_emb, AlignConfig(**{**vars(a), "lam": 0.0}))
     bank_r, correct = routing_vectors(base, train, layers)

@@ -92,9 +92,9 @@ def as_text(data: MultiTaskSet) -> TextTaskSet:
     prompts = []
     for row in data.tokens.tolist():
         words = [
-            str(t - DIGIT_OFFSET) if t < MARKER_OFFSET else MARKER_WORDS[(t - MARKER_OFFSET) // SYNONYMS][
-                (t - MARKER_OFFSET) % SYNONYMS
-            ]
+            str(t - DIGIT_OFFSET)
+            if t < MARKER_OFFSET
+            else MARKER_WORDS[(t - MARKER_OFFSET) // SYNONYMS][(t - MARKER_OFFSET) % SYNONYMS]
             for t in row
         ]
         prompts.append(" ".join(words) + " = ")

@@ -46,3 +46,20 @@ def test_a_cancelled_run_stops_between_epochs():
         "erm", graphs, TrainConfig(epochs=5, hidden=8), cancelled=lambda: bool(calls.append(1)) or len(calls) > 2
     )
     assert len(result.history) == 2
+
+
+def test_the_free_gate_ablation_is_the_full_method_without_the_gates_own_losses():
+    from torch_geometric.data import Batch
+
+    from mlcore.graph.pipeline import to_data
+
+    graphs = generate_motif_graphs(n_graphs=60, seed=0)
+    batch = Batch.from_data_list([to_data(g) for g in graphs.graphs[:8]])
+    full, free = (build_model(m, TrainConfig(hidden=8, gate_weight=0.1), 3) for m in ("disco", "disco-free-gate"))
+    assert free.config.gate == "entmax" and free.config.diversity == full.config.diversity
+    assert full.config.gate_weight == 0.1 and free.config.gate_weight == 0.0
+    for model, weight in ((full, 0.1), (free, 0.0)):
+        total, parts = model.loss(model(batch), batch)
+        rest = parts["ce"] + 5.0 * parts["budget"] + 1.0 * parts["diversity"]
+        gate = weight * (parts["gate_kl"] + 0.5 * parts["balance"])
+        assert total.item() == pytest.approx(rest + gate, rel=1e-5)

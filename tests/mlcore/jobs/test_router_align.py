@@ -1,6 +1,6 @@
 import pytest
 
-from mlcore.jobs import InMemoryContext, JobError, ValidationError
+from mlcore.jobs import InMemoryContext, JobError
 from mlcore.jobs.router_align import run, spec
 
 
@@ -27,8 +27,11 @@ def test_its_sample_parameters_validate():
 
 
 def test_it_refuses_more_layers_than_the_model_has_and_a_broken_model(tmp_path):
-    with pytest.raises(ValidationError, match="layers: The built-in MoE classifier has 4 MoE layers"):
-        _params(layers=5)
+    # The layer count is checked against the model at run time (an uploaded model may have more), before any work.
+    ctx = InMemoryContext()
+    with pytest.raises(JobError, match="Layers: the built-in MoE classifier has 4 MoE layers"):
+        run(_params(layers=5), {}, ctx)
+    assert not ctx.artifacts
     (tmp_path / "config.json").write_text('{"architecture": "lora-tiny-encoder"}')
     with pytest.raises(JobError, match="Model: could not load a moe-task-classifier"):
         run(_params(), {"model": tmp_path}, InMemoryContext())
