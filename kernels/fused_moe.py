@@ -107,21 +107,22 @@ def _gated_activation(h1: torch.Tensor, activation: str, gated: bool) -> torch.T
     return act(gate) * up
 
 
-def _activation_grad(grad: torch.Tensor, u: torch.Tensor, activation: str) -> torch.Tensor:
-    """∂act(u)/∂u · grad, with the same ATen kernels autograd would call."""
+def _activation_into(out: torch.Tensor, u: torch.Tensor, activation: str) -> torch.Tensor:
+    """out = act(u), written in place (the `out=` ATen variants of the functions in ACTIVATIONS)."""
     if activation == "silu":
-        return torch.ops.aten.silu_backward(grad, u)
+        return torch.ops.aten.silu.out(u, out=out)
     if activation == "gelu":
-        return torch.ops.aten.gelu_backward(grad, u)
-    return torch.ops.aten.threshold_backward(grad, u, 0)
+        return torch.ops.aten.gelu.out(u, out=out)
+    return torch.clamp_min(u, 0, out=out)
 
 
-def _gated_activation_grad(ga: torch.Tensor, h1: torch.Tensor, activation: str, gated: bool) -> torch.Tensor:
-    """∂φ/∂h1 · ga for φ(h1) = act(gate) ⊙ up (gated) or act(h1)."""
-    if not gated:
-        return _activation_grad(ga, h1, activation)
-    gate, up = h1.chunk(2, dim=-1)
-    return torch.cat((_activation_grad(ga * up, gate, activation), ga * ACTIVATIONS[activation](gate)), dim=-1)
+def _activation_grad_into(out: torch.Tensor, grad: torch.Tensor, u: torch.Tensor, activation: str) -> torch.Tensor:
+    """out = ∂act(u)/∂u · grad, in place, with the same ATen kernels autograd would call."""
+    if activation == "silu":
+        return torch.ops.aten.silu_backward.grad_input(grad, u, grad_input=out)
+    if activation == "gelu":
+        return torch.ops.aten.gelu_backward.grad_input(grad, u, grad_input=out)
+    return torch.ops.aten.threshold_backward.grad_input(grad, u, 0, grad_input=out)
 
 
 def _linear_into(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
@@ -139,8 +140,9 @@ class _FusedMoETwin(torch.autograd.Function):
     ∂W1[e] = Σ ∂h1 xᵀ, ∂x = W1ᵀ ∂h1 (scattered back to tokens), biases = segment sums.
 
     Every elementwise step of a segment runs right after the matmul that produced its input, while
-    the segment is still in cache: on a CPU, streaming whole [k·T, 2I] tensors through memory for the
-    activation costs about as much as a third of the matmuls.
+    the segment is still in cache, and writes into preallocated rows (`out=` / in place): on a CPU,
+    streaming whole [k·T, 2I] tensors through memory, or allocating and copying per-segment
+    temporaries, costs a sizeable fraction of the matmuls.
     """
 
     @staticmethod
@@ -158,14 +160,17 @@ class _FusedMoETwin(torch.autograd.Function):
     ) -> torch.Tensor:
         T, H = hidden.shape
         rows = sort.token.shape[0]
+        inter = w_down.shape[2]
         gates = topk_weights.reshape(-1)[sort.order].to(hidden.dtype)
-        xs = hidden[sort.token]
+        xs = hidden.index_select(0, sort.token)
         h1 = hidden.new_empty(rows, w_gate_up.shape[1])
-        a = hidden.new_empty(rows, w_down.shape[2])
+        a = hidden.new_empty(rows, inter)
         y = hidden.new_empty(rows, H)
         for e, s, t in sort.segments:
             _linear_into(h1[s:t], xs[s:t], w_gate_up[e], None if b_gate_up is None else b_gate_up[e])
-            a[s:t] = _gated_activation(h1[s:t], activation, gated)
+            _activation_into(a[s:t], h1[s:t, :inter], activation)
+            if gated:
+                a[s:t].mul_(h1[s:t, inter:])
             _linear_into(y[s:t], a[s:t], w_down[e], None if b_down is None else b_down[e])
         out = hidden.new_zeros(T, H).index_add_(0, sort.token, y * gates[:, None])
         ctx.save_for_backward(hidden, w_gate_up, w_down, topk_weights, h1, a, y, gates)
@@ -177,34 +182,44 @@ class _FusedMoETwin(torch.autograd.Function):
     def backward(ctx: torch.autograd.function.FunctionCtx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
         hidden, w_gate_up, w_down, topk_weights, h1, a, y, gates = ctx.saved_tensors
         sort: ExpertSort = ctx.sort
+        activation, gated = ctx.activation, ctx.gated
         need = ctx.needs_input_grad
-        gs = grad_out[sort.token]
+        inter = w_down.shape[2]
+        gy = grad_out.index_select(0, sort.token)
 
         grad_topk = None
         if need[3]:
-            per_row = (gs * y).sum(-1).to(topk_weights.dtype)
+            per_row = torch.linalg.vecdot(gy, y).to(topk_weights.dtype)
             grad_topk = torch.zeros_like(topk_weights).view(-1).index_copy_(0, sort.order, per_row)
             grad_topk = grad_topk.view_as(topk_weights)
+        gy.mul_(gates[:, None])  # δ → ∂y = g·δ, for every row at once
 
         grad_w_down = sort.weight_grad(w_down) if need[2] else None
         grad_w_gate_up = sort.weight_grad(w_gate_up) if need[1] else None
-        grad_b_down = gs.new_zeros(w_down.shape[:2]) if need[5] else None
-        grad_b_gate_up = gs.new_zeros(w_gate_up.shape[:2]) if need[4] else None
-        xs = hidden[sort.token] if grad_w_gate_up is not None else None
-        gxs = torch.empty_like(gs) if need[0] else None
+        grad_b_down = gy.new_zeros(w_down.shape[:2]) if need[5] else None
+        grad_b_gate_up = gy.new_zeros(w_gate_up.shape[:2]) if need[4] else None
+        xs = hidden.index_select(0, sort.token) if grad_w_gate_up is not None else None
+        gxs = torch.empty_like(gy) if need[0] else None
+        gh1 = torch.empty_like(h1)
         for e, s, t in sort.segments:
-            gy = gs[s:t] * gates[s:t, None]
             if grad_w_down is not None:
-                torch.mm(gy.t(), a[s:t], out=grad_w_down[e])
+                torch.mm(gy[s:t].t(), a[s:t], out=grad_w_down[e])
             if grad_b_down is not None:
-                grad_b_down[e] = gy.sum(0)
-            gh1 = _gated_activation_grad(gy @ w_down[e], h1[s:t], ctx.activation, ctx.gated)
+                torch.sum(gy[s:t], 0, out=grad_b_down[e])
+            ga = gy[s:t] @ w_down[e]  # ∂a
+            if gated:
+                gate, up = h1[s:t, :inter], h1[s:t, inter:]
+                # ∂up = act(gate)·∂a; ∂gate = act'(gate)·(up·∂a), each written into its half of ∂h1.
+                _activation_into(gh1[s:t, inter:], gate, activation).mul_(ga)
+                _activation_grad_into(gh1[s:t, :inter], ga.mul_(up), gate, activation)
+            else:
+                _activation_grad_into(gh1[s:t], ga, h1[s:t], activation)
             if grad_w_gate_up is not None:
-                torch.mm(gh1.t(), xs[s:t], out=grad_w_gate_up[e])
+                torch.mm(gh1[s:t].t(), xs[s:t], out=grad_w_gate_up[e])
             if grad_b_gate_up is not None:
-                grad_b_gate_up[e] = gh1.sum(0)
+                torch.sum(gh1[s:t], 0, out=grad_b_gate_up[e])
             if gxs is not None:
-                torch.mm(gh1, w_gate_up[e], out=gxs[s:t])
+                torch.mm(gh1[s:t], w_gate_up[e], out=gxs[s:t])
         grad_hidden = None if gxs is None else torch.zeros_like(hidden).index_add_(0, sort.token, gxs)
         return grad_hidden, grad_w_gate_up, grad_w_down, grad_topk, grad_b_gate_up, grad_b_down, None, None, None
 

@@ -1,4 +1,4 @@
-"""docs/hf-support.md publishes exactly the adapter's own capability table."""
+"""The README and docs/hf-support.md publish exactly the adapter's own capability table."""
 
 from pathlib import Path
 
@@ -8,12 +8,13 @@ from mlcore.hf import adapt, tiny_config
 from mlcore.hf.support import OPERATIONS, VARIANTS, support_markdown
 from tests.mlcore.hf.conftest import build
 
-PAGE = Path(__file__).resolve().parents[3] / "docs" / "hf-support.md"
+ROOT = Path(__file__).resolve().parents[3]
 BEGIN, END = "<!-- support-matrix:begin -->\n", "<!-- support-matrix:end -->"
 
 
-def test_the_support_page_holds_the_generated_matrix() -> None:
-    text = PAGE.read_text(encoding="utf-8")
+@pytest.mark.parametrize("page", ["README.md", "docs/hf-support.md"])
+def test_the_page_holds_the_generated_matrix(page: str) -> None:
+    text = (ROOT / page).read_text(encoding="utf-8")
     published = text[text.index(BEGIN) + len(BEGIN) : text.index(END)]
     assert published == support_markdown(), "regenerate with: python -m mlcore.hf.support > table"
 

@@ -1,3 +1,6 @@
+import platform
+import time
+
 import pytest
 import torch
 
@@ -10,6 +13,18 @@ def test_the_loop_baseline_computes_what_the_layer_computes(activation, gated, s
     layer = MoELayer(8, 12, 5, 2, activation=activation, gated=gated, num_shared_experts=shared, dtype=torch.float64)
     x = torch.randn(30, 8, dtype=torch.float64)
     torch.testing.assert_close(bench.loop_forward(layer, x), layer(x))
+
+
+def test_the_module_list_loop_computes_what_the_layer_computes_and_trains_its_own_copies():
+    torch.manual_seed(0)
+    layer = MoELayer(8, 12, 5, 2, num_shared_experts=1, dtype=torch.float64)
+    x = torch.randn(30, 8, dtype=torch.float64)
+    loop = bench.module_list_loop(layer)
+    out = loop(x)
+    torch.testing.assert_close(out, layer(x))
+    out.sum().backward()
+    # Its experts are its own parameters: the layer's fused expert weights get no gradient from it.
+    assert layer.gate_up_proj.grad is None and layer.down_proj.grad is None
 
 
 def test_the_loop_baseline_refuses_expert_biases():
@@ -31,8 +46,41 @@ def test_the_table_compares_every_contender_at_a_tiny_config(monkeypatch):
     monkeypatch.setattr(bench, "TIERS", {"quick": {"rounds": 1, "slow_rounds": 1}})
     markdown, data = bench.moe_layer_table("quick")
     (row,) = data["rows"]
-    assert set(row["ms"]) == {"moe_layer", "loop", *(f"hf_{n}" for n in bench.hf_implementations())}
-    assert row["speedup_vs_loop"] == pytest.approx(row["ms"]["loop"] / row["ms"]["moe_layer"])
+    assert set(row["ms"]) == {"moe_layer", "loop", "loop_fused", *(f"hf_{n}" for n in bench.hf_implementations())}
+    faster_loop = min(row["ms"]["loop"], row["ms"]["loop_fused"])
+    assert row["speedup_vs_loop"] == pytest.approx(faster_loop / row["ms"]["moe_layer"])
+    assert row["ceiling_vs_loop"] == pytest.approx(
+        faster_loop * 1e-3 * max(data["peak_flops_before"], data["peak_flops_after"]) / row["flops_per_step"]
+    )
     assert row["speedup_vs_best_hf"] == pytest.approx(row["ms"][row["best_hf"]] / row["ms"]["moe_layer"])
     assert row["fraction_of_peak"] > 0
     assert "| 4 |" in markdown and "no slower than transformers' best" in markdown
+
+
+def test_the_trace_overhead_table_times_a_forward_with_and_without_recording(monkeypatch):
+    monkeypatch.setattr(bench, "CONFIG", {"tokens": 64, "hidden": 16, "intermediate": 24, "top_k": 2})
+    monkeypatch.setattr(bench, "EXPERTS", (4,))
+    monkeypatch.setattr(bench, "TIERS", {"quick": {"rounds": 1, "slow_rounds": 1}})
+    markdown, data = bench.trace_overhead_table("quick")
+    assert set(data["ms"]) == {"plain", "recorded"}
+    assert data["overhead"] == pytest.approx(data["ms"]["recorded"] / data["ms"]["plain"] - 1)
+    assert "| plain | recorded | overhead |" in markdown
+
+
+def test_single_threaded_runs_are_timed_in_process_cpu_time_which_other_processes_cannot_inflate():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert bench.cpu_clock() is time.process_time
+        # A sleeping step costs no CPU: wall time would count it, this clock does not.
+        seconds = bench.round_robin({"sleep": lambda: time.sleep(0.05)}, 1, clock=bench.cpu_clock())
+        assert seconds["sleep"] < 0.01
+    finally:
+        torch.set_num_threads(threads)
+    if threads > 1:
+        assert bench.cpu_clock() is time.perf_counter
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_malloc_is_told_to_keep_freed_memory_on_glibc():
+    assert bench.keep_freed_memory() is True
