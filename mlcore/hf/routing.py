@@ -51,7 +51,9 @@ def deepseek_v2(router: nn.Module, logits: Tensor, masked: Tensor) -> tuple[Tens
     return weights * router.routed_scaling_factor, indices
 
 
-_RULES = {"softmax_topk": softmax_topk, "deepseek_v2": deepseek_v2}
+#: The routers' top-k selection re-implemented from logits, by ``ArchSpec.router_rule``. Routers with
+#: a selection bias (DeepSeek-V3, GPT-OSS) are masked through that bias instead (``apply_mask``).
+SELECTION_RULES = {"softmax_topk": softmax_topk, "deepseek_v2": deepseek_v2}
 
 
 def router_mask(router: nn.Module) -> Tensor | None:
@@ -87,7 +89,7 @@ def apply_mask(spec: ArchSpec, router: nn.Module, masked: Tensor) -> None:
             bias.masked_fill_(masked.to(bias.device), float("-inf"))
         return
     if getattr(router, _HOOK_ATTR, None) is None:
-        rule = _RULES[spec.router_rule]
+        rule = SELECTION_RULES[spec.router_rule]
         # Prepended so that capture hooks registered earlier still see the masked decision.
         handle = router.register_forward_hook(_masked_decision(rule), prepend=True)
         setattr(router, _HOOK_ATTR, handle)

@@ -53,7 +53,7 @@ class HFRoutedLM:
 
         self.model, self.tokenizer, self.classes = model, tokenizer, classes
         self.adapter = adapt(model)
-        rule = hf_routing._RULES.get(self.adapter.spec.router_rule)
+        rule = hf_routing.SELECTION_RULES.get(self.adapter.spec.router_rule)
         if rule is None:
             raise HFModelError(
                 f"router-align needs a softmax router (Mixtral, Qwen2/3-MoE, OLMoE, DeepSeek-V2); "
