@@ -225,6 +225,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         full,
         "application/x-ply" if len(cloud) <= params["preview_points"] else "application/octet-stream",
     )
+    ctx.register("pointclouds", full, {"name": f"{path.stem} labelled", "points": len(cloud)})
     preview_path = ctx.workdir / "preview.ply"
     from mlcore.pointcloud.io.cloud import Cloud
 

@@ -123,6 +123,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         if i < 32:  # the gallery shows the first 32; all are in the folder artifact
             ctx.artifact(f"image-{i:04d}.png", path, "image/png")
     ctx.artifact("images", folder)
+    ctx.register("images", folder, {"name": f"{len(marked)} images watermarked with {record.name}"})
     grid = _grid(marked[:8], clean[:8])
     grid_path = ctx.workdir / "watermarked-vs-clean.png"
     Image.fromarray(grid).resize((grid.shape[1] * 4, grid.shape[0] * 4), Image.Resampling.NEAREST).save(grid_path)

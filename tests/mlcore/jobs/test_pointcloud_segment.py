@@ -49,6 +49,9 @@ def test_it_labels_every_point_of_the_sample_room_and_writes_the_viewer_files(se
     assert {row["expert"] for row in usage} <= {f"expert {e}" for e in range(4)}
     assert 0 <= scalars["accuracy_vs_file_labels"] <= 1 and scalars["points_per_second"] > 0
     assert json.loads(ctx.artifacts["expert_usage.json"].path.read_text())["labels"] == list(LABELS)
+    # The labelled cloud is offered to the team library, where later jobs can take it.
+    (registered,) = ctx.registrations
+    assert registered.kind == "pointclouds" and registered.path == ctx.artifacts["labelled.ply"].path
 
 
 def test_an_uploaded_lidar_cloud_restricted_to_two_classes_gets_only_those(segmenter, tmp_path):

@@ -41,6 +41,8 @@ def test_generate_writes_new_pngs_under_the_key_and_checks_them(tmp_path, bundle
     assert Image.open(pngs[0]).size == (16, 16)
     assert 0 <= metrics["self_check_bit_accuracy"] <= 1 and metrics["psnr"] > 0
     assert ctx.artifacts["image-0000.png"].media_type == "image/png"
+    (registered,) = ctx.registrations  # the images go to the team library as an image set
+    assert registered.kind == "images" and registered.path == tmp_path / "images"
     # The same seed gives the same images; another seed samples other latents (not re-decoded crops).
     _run(
         "watermark-generate",
