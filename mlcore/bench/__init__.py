@@ -8,6 +8,7 @@ measured in the same run, because these machines are noisy.
 BENCHMARKS: dict[str, str] = {
     "core": "mlcore.bench.core",
     "compress": "mlcore.bench.compress",
+    "compress-seeds": "mlcore.bench.compress_seeds",
     "analysis": "mlcore.bench.analysis",
     "el": "mlcore.bench.el",
     "distill": "mlcore.bench.distill",

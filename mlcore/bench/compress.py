@@ -85,7 +85,7 @@ def group_order(spec: Tier, models: list[str]) -> list[tuple[str, str, int, int]
     return sorted(grid, key=distance)
 
 
-def _run_group(
+def run_group(
     model_name: str,
     source: str,
     samples: int,
@@ -148,7 +148,7 @@ def _run_group(
     return rows
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
+def mean_std(values: list[float]) -> tuple[float, float]:
     if not values:
         return float("nan"), float("nan")
     return statistics.fmean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
@@ -164,9 +164,9 @@ def summarise(rows: list[dict[str, Any]], ratios: tuple[float, ...]) -> dict[str
             if not mine:
                 continue
             entry: dict[str, Any] = {"configs": len(mine)}
-            entry["delta_ppl_pct"] = _mean_std([r["delta_ppl_pct"] for r in mine])
+            entry["delta_ppl_pct"] = mean_std([r["delta_ppl_pct"] for r in mine])
             accs = [r["delta_acc_pts"] for r in mine if r.get("delta_acc_pts") is not None]
-            entry["delta_acc_pts"] = _mean_std(accs)
+            entry["delta_acc_pts"] = mean_std(accs)
             for dimension in ("source", "samples", "model"):
                 groups: dict[Any, list[float]] = {}
                 for r in mine:
@@ -257,15 +257,13 @@ def _verdict(per_method: dict[str, Any]) -> str:
     return verdict + ("" if rank_mean == 1 else " The paper's expectation (MoNE degrades least) does not hold here.")
 
 
-def _prepare_model(item: Any, spec: Tier) -> dict[str, Any]:
-    """Load a zoo model, its tokenizer and held-out set, and score the unpruned model once."""
-    from mlcore.catalog import materialize
+def prepare_folder(folder: Path, spec: Tier) -> dict[str, Any]:
+    """Load a checkpoint folder, its tokenizer and held-out set, and score the unpruned model once."""
     from mlcore.data.registry import TEXT_SOURCES
     from mlcore.eval.heldout import prepare_heldout
     from mlcore.hf import load_model
     from mlcore.zoo.tokenizer import load_hf_tokenizer
 
-    folder = materialize(item)
     model, tokenizer = load_model(folder), load_hf_tokenizer(folder)
     heldout = prepare_heldout(
         tokenizer, TEXT_SOURCES, length=128, windows=spec.eval_windows, cloze_items=spec.cloze_items
@@ -274,6 +272,7 @@ def _prepare_model(item: Any, spec: Tier) -> dict[str, Any]:
 
 
 def run(tier: str, results: Path) -> None:
+    from mlcore.catalog import materialize
     from mlcore.zoo.registry import MODELS
 
     spec = TIERS[tier]
@@ -292,10 +291,10 @@ def run(tier: str, results: Path) -> None:
     models = [m for m in spec.models if not only or m in only]
     for model_name, source, samples, seed in group_order(spec, models):
         if model_name not in states:
-            states[model_name] = _prepare_model(items[model_name], spec)
+            states[model_name] = prepare_folder(materialize(items[model_name]), spec)
             bases[model_name] = states[model_name]["base"]
         compute = time.perf_counter() - started < budget
-        group = _run_group(model_name, source, samples, seed, spec, cache, states[model_name], compute=compute)
+        group = run_group(model_name, source, samples, seed, spec, cache, states[model_name], compute=compute)
         complete = complete and len(group) == len(spec.ratios) * len(METHOD_ORDER)
         rows += group
     elapsed = time.perf_counter() - started

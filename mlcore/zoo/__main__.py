@@ -2,9 +2,11 @@
 
 ``train`` resumes from ``var/zoo/NAME/state.pt`` if an earlier run stopped, then evaluates on the
 held-out split of every source and writes the commit-ready checkpoint to
-``mlcore/zoo/checkpoints/NAME/``. Language models are trained here; the other models' recipes live
-beside their code (watermarking, point clouds, video, LoRA experts) and ``train NAME`` hands the
-rest of the command line to them, so one command trains every zoo model.
+``mlcore/zoo/checkpoints/NAME/``; ``--seed N`` trains the same recipe under another training seed in
+``var/zoo/NAME-sN`` and writes to ``var/zoo-seeds/NAME-sN`` (robustness studies, never committed).
+Language models are trained here; the other models' recipes live beside their code (watermarking,
+point clouds, video, LoRA experts) and ``train NAME`` hands the rest of the command line to them,
+so one command trains every zoo model.
 """
 
 from __future__ import annotations
@@ -14,10 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from mlcore.zoo.lm import CHECKPOINTS, ROOT
 from mlcore.zoo.recipes import RECIPES, get_recipe
-
-ROOT = Path(__file__).resolve().parents[2]
-CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 
 #: Zoo models trained by their own package's recipe: name → (module with ``main(argv)``, leading argv).
 OTHER_RECIPES: dict[str, tuple[str, list[str]]] = {
@@ -56,11 +56,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     from mlcore.eval.cloze import ITEMS_PER_SOURCE
     from mlcore.eval.heldout import prepare_heldout
     from mlcore.eval.perplexity import EVAL_WINDOWS, expert_counts, usage_entropy
-    from mlcore.zoo.lm import export, train
+    from mlcore.zoo.lm import checkpoint_folder, export, train
 
     torch.set_num_threads(args.threads)
     recipe = get_recipe(args.name)
-    workdir = args.workdir or ROOT / "var" / "zoo" / recipe.name
+    if args.seed is not None:
+        recipe = recipe.with_seed(args.seed)
+    workdir = args.workdir or ROOT / "var" / "zoo" / recipe.run_name
     model, tokenizer = train(recipe, workdir)
     heldout = prepare_heldout(
         tokenizer, recipe.sources, length=recipe.context, windows=EVAL_WINDOWS, cloze_items=ITEMS_PER_SOURCE
@@ -72,11 +74,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     metrics["heldout_windows"] = {name: len(w) for name, w in heldout.windows.items()}
     print(json.dumps({k: v for k, v in metrics.items() if k != "expert_counts"}, indent=1))
     command = f"python -m mlcore.zoo train {recipe.name} --threads {args.threads}"
+    if recipe.run_name != recipe.name:
+        command += f" --seed {recipe.seed}"
     target = export(
         model,
         tokenizer,
         recipe,
-        args.out or CHECKPOINTS / recipe.name,
+        args.out or checkpoint_folder(recipe),
         workdir=workdir,
         command=command,
         metrics=metrics,
@@ -97,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
     train.add_argument("--workdir", type=Path, default=None, help="resumable state (default var/zoo/NAME)")
     train.add_argument("--out", type=Path, default=None, help="checkpoint folder (default mlcore/zoo/checkpoints/NAME)")
+    train.add_argument("--seed", type=int, default=None, help="training seed (default: the committed checkpoint's)")
     train.set_defaults(func=cmd_train)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 
 #: Characters of each source's train split the tokenizer sees: enough for 2K merges, seconds to train.
 TOKENIZER_SAMPLE_CHARS = 2_000_000
+ROOT = Path(__file__).resolve().parents[2]
+CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+#: Checkpoints trained under another seed than the recipe's (``train NAME --seed N``): robustness
+#: studies only, never committed (var/ is ignored).
+SEED_CHECKPOINTS = ROOT / "var" / "zoo-seeds"
 
 
 def _sample(blocks: list[str], limit: int) -> list[str]:
@@ -172,6 +177,14 @@ def train(recipe: LMRecipe, workdir: Path, *, steps: int | None = None, log: Any
             state_path.with_suffix(".tmp").replace(state_path)
     model.eval()
     return model, tokenizer
+
+
+def checkpoint_folder(recipe: LMRecipe) -> Path:
+    """Where ``recipe``'s checkpoint lives: the committed folder under the recipe's own seed,
+    ``var/zoo-seeds/NAME-sSEED`` under any other."""
+    if recipe.run_name == recipe.name:
+        return CHECKPOINTS / recipe.name
+    return SEED_CHECKPOINTS / recipe.run_name
 
 
 def sha256_of(path: Path) -> str:

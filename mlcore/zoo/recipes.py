@@ -8,7 +8,7 @@ serves them serves real checkpoints too.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from mlcore.data.registry import TEXT_SOURCES
@@ -80,6 +80,16 @@ class LMRecipe:
 
     def describe(self) -> dict[str, Any]:
         return {**asdict(self), "sources": list(self.sources)}
+
+    def with_seed(self, seed: int) -> LMRecipe:
+        """The same recipe under another training seed (model init and batch order; data unchanged)."""
+        return replace(self, seed=seed)
+
+    @property
+    def run_name(self) -> str:
+        """``NAME`` for the seed the committed checkpoint was trained with, ``NAME-sSEED`` otherwise,
+        so runs under different seeds never share (and resume) each other's work directory."""
+        return self.name if self.seed == RECIPES[self.name].seed else f"{self.name}-s{self.seed}"
 
 
 RECIPES: dict[str, LMRecipe] = {
