@@ -15,6 +15,7 @@ class Migration(migrations.Migration):
             field=models.CharField(
                 choices=[
                     ("hf-moe-lm", "hf-moe-lm"),
+                    ("hf-lm", "hf-lm"),
                     ("diffusers-vae", "diffusers-vae"),
                     ("diffusers-generator", "diffusers-generator"),
                     ("watermark-markers", "watermark-markers"),
