@@ -3,6 +3,7 @@ import time
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from mlcore.moe import MoELayer, PrototypeRouter, bench
 
@@ -46,8 +47,12 @@ def test_the_table_compares_every_contender_at_a_tiny_config(monkeypatch):
     monkeypatch.setattr(bench, "TIERS", {"quick": {"rounds": 1, "slow_rounds": 1}})
     markdown, data = bench.moe_layer_table("quick")
     (row,) = data["rows"]
-    assert set(row["ms"]) == {"moe_layer", "loop", "loop_fused", *(f"hf_{n}" for n in bench.hf_implementations())}
+    hf = {f"hf_{n}" for n in bench.hf_implementations()}
+    assert set(row["ms"]) == {"moe_layer", "loop", "loop_fused", bench.FLOOR, *hf}
     faster_loop = min(row["ms"]["loop"], row["ms"]["loop_fused"])
+    assert row["ceiling_gemms_vs_loop"] == pytest.approx(faster_loop / row["ms"][bench.FLOOR])
+    for low, high in row["speedup_range"].values():
+        assert 0 < low <= high
     assert row["speedup_vs_loop"] == pytest.approx(faster_loop / row["ms"]["moe_layer"])
     assert row["ceiling_vs_loop"] == pytest.approx(
         faster_loop * 1e-3 * max(data["peak_flops_before"], data["peak_flops_after"]) / row["flops_per_step"]
@@ -84,3 +89,39 @@ def test_single_threaded_runs_are_timed_in_process_cpu_time_which_other_processe
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_malloc_is_told_to_keep_freed_memory_on_glibc():
     assert bench.keep_freed_memory() is True
+
+
+def test_each_training_step_starts_from_no_gradients_as_after_zero_grad():
+    layer = MoELayer(8, 12, 4, 2)
+    x = torch.randn(16, 8, requires_grad=True)
+    step = bench.train_step(layer, x, torch.randn_like(x))
+    step()
+    first = layer.gate_up_proj.grad.clone()
+    step()
+    # Accumulating would have doubled it; the step reset it first.
+    torch.testing.assert_close(layer.gate_up_proj.grad, first)
+    assert x.grad is not None and layer.router.weight.grad is not None
+
+
+class _CountMatmuls(TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += func is torch.mm
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_gemm_floor_runs_the_layers_expert_matmuls_and_refuses_shared_experts():
+    torch.manual_seed(0)
+    layer = MoELayer(8, 12, 4, 2)
+    x = torch.randn(32, 8)
+    floor = bench.expert_matmuls(layer, x)
+    with _CountMatmuls() as counter:
+        floor()
+    used = int((torch.bincount(layer.router(x).expert_ids.reshape(-1), minlength=4) > 0).sum())
+    # Two GEMMs forward and four backward per expert that has tokens, nothing for empty experts.
+    assert counter.calls == 6 * used
+    with pytest.raises(ValueError, match="shared"):
+        bench.expert_matmuls(MoELayer(8, 12, 4, 2, num_shared_experts=1), x)
