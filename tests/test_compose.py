@@ -61,6 +61,35 @@ def test_the_workers_split_the_queues_and_the_gpu_worker_reserves_one_gpu(compos
     assert "-B" not in gpu_argv + cpu_argv + verify_argv  # exactly one beat, in its own service
 
 
+_REALLOCATE_64_MIB = """
+import resource
+n = 64 * 2**20
+block = bytearray(n)
+del block
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+block = bytearray(n)
+block[::4096] = bytes(n // 4096)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_the_gpu_workers_fresh_child_per_job_reuses_freed_memory_instead_of_faulting_it_in_again(compose) -> None:
+    gpu = compose["services"]["worker-gpu"]
+    # Keeping freed memory is only safe because the child exits after each job.
+    assert option(command_of(gpu), "--max-tasks-per-child") == "1"
+    malloc_env = {name: str(value) for name, value in gpu["environment"].items() if name.startswith("MALLOC_")}
+    assert malloc_env, "worker-gpu sets no glibc malloc tuning"
+
+    def page_faults(extra: dict[str, str]) -> int:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | extra
+        run = subprocess.run([sys.executable, "-c", _REALLOCATE_64_MIB], env=env, capture_output=True, text=True)
+        return int(run.stdout)
+
+    # By default a freed 64 MiB block goes back to the kernel and every page faults in again.
+    assert page_faults({}) > 10_000
+    assert page_faults(malloc_env) < 1_000
+
+
 def test_the_web_runs_gunicorn_and_the_broker_never_evicts(compose) -> None:
     assert "gunicorn webapp.wsgi" in compose["services"]["web"]["command"]
     assert "noeviction" in command_of(compose["services"]["redis"])
