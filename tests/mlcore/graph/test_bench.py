@@ -48,3 +48,18 @@ def test_changing_a_tier_changes_its_cache_names():
         assert graph_ood._cache_path("quick", "basis", "erm", 0) != before
     finally:
         graph_ood.TIERS["quick"] = quick
+
+
+def test_the_full_report_adds_the_card_scale_runs_finished_so_far_and_names_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setattr(graph_ood, "CACHE", tmp_path / "cache")
+    (tmp_path / "cache").mkdir()
+    for method, accuracy in (("erm", 0.40), ("disco", 0.70)):
+        path = graph_ood._cache_path("card", "heterogeneous", method, 0)
+        path.write_text(json.dumps(record(method, 0, accuracy, nonzero=1.5 if method == "disco" else None)))
+    (tmp_path / "results").mkdir()
+    graph_ood.run("full", tmp_path / "results", run_missing=False)
+    markdown = (tmp_path / "results" / "graph.md").read_text()
+    card = markdown[markdown.index("## At the card's scale") :]
+    assert "Tier **card**: 2500 generated" in card and "| disco | 1 | 0.700 |" in card
+    assert "heterogeneous/gsat/seed 0" in card and "--tier card" in card
+    assert json.loads((tmp_path / "results" / "graph.json").read_text())["card"]["table"]["heterogeneous"]
