@@ -43,6 +43,8 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
     if counts and sum(counts.values()) > 0:
         largest = max(counts, key=counts.__getitem__)
         line += f"; largest class {largest} ({counts[largest] / sum(counts.values()):.0%})"
+    if scalars.get("nonfinite_voxel_share"):
+        line += f"; **{scalars['nonfinite_voxel_share']:.1%} of voxels overflowed** (their labels are not predictions)"
     if scalars.get("miou_vs_file_labels") is not None:
         line += (
             f"; mIoU {scalars['miou_vs_file_labels']:.3f} against the file's labels "
@@ -262,7 +264,15 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         "read_seconds": read_seconds,
         "segment_seconds": result.seconds["total"],
         "points_per_second": len(cloud) / max(result.seconds["total"], 1e-9),
+        # Voxels whose logits overflowed: their labels are meaningless, so the page must say so.
+        "nonfinite_voxel_share": result.nonfinite / max(result.voxels, 1),
     }
+    if result.nonfinite:
+        ctx.log(
+            f"warning: the model's logits overflowed (inf/NaN) on {result.nonfinite:,} of {result.voxels:,} voxels "
+            f"({metrics['nonfinite_voxel_share']:.1%}); their labels are not predictions. This scan is far from "
+            "the statistics the model's BatchNorms were trained on."
+        )
     for row in count_rows:
         metrics[f"count_{row['class']}"] = float(row["points"])
     if result.usage is not None and result.usage.shape[1]:

@@ -233,16 +233,24 @@ def train(
 
 
 @torch.no_grad()
+def scan_logits(
+    model: PTv3, scan: Scan, spec: DatasetSpec, *, device: torch.device | str = "cpu"
+) -> tuple[Tensor, Tensor, np.ndarray]:
+    """(logits [n, K], the dataset's label set [n, K], per input point its row) for one whole scan."""
+    model.eval()
+    sample, where = prepare(scan, spec, points=None, rng=None, augment=False)
+    points, _, allowed = collate([sample], device)
+    return model(points), allowed, where
+
+
+@torch.no_grad()
 def predict_scan(
     model: PTv3, scan: Scan, spec: DatasetSpec, *, device: torch.device | str = "cpu"
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Dataset-restricted predictions for every point of a scan, and per MoE layer the top-1 expert
     of every point."""
-    model.eval()
-    sample, where = prepare(scan, spec, points=None, rng=None, augment=False)
-    points, _, allowed = collate([sample], device)
-    logits = restrict_logits(model(points), allowed)
-    pred = logits.argmax(-1).cpu().numpy()[where]
+    logits, allowed, where = scan_logits(model, scan, spec, device=device)
+    pred = restrict_logits(logits, allowed).argmax(-1).cpu().numpy()[where]
     routing = [r.cpu().numpy()[where] for r in model.point_routing()] if model.cfg.is_moe else []
     return pred, routing
 
@@ -265,15 +273,21 @@ def miou(conf: np.ndarray, classes: Sequence[int]) -> tuple[float, dict[str, flo
 
 @torch.no_grad()
 def evaluate(model: PTv3, scans: dict[str, list[Scan]], *, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Per dataset: mIoU, per-class IoU and (MoE) the fraction of points whose top-1 expert is e,
-    per MoE layer; plus the mean mIoU over datasets."""
-    out: dict[str, Any] = {"miou": {}, "iou": {}, "usage": {}}
+    """Per dataset: mIoU, per-class IoU, (MoE) the fraction of points whose top-1 expert is e per
+    MoE layer, and the fraction of points whose logits were not finite (their prediction is noise);
+    plus the mean mIoU over datasets."""
+    out: dict[str, Any] = {"miou": {}, "iou": {}, "usage": {}, "nonfinite": {}}
     for name, items in scans.items():
         spec = get_dataset(name)
         conf = np.zeros((len(LABELS), len(LABELS)), np.int64)
         usage: list[np.ndarray] = []
+        bad = total = 0
         for scan in items:
-            pred, routing = predict_scan(model, scan, spec, device=device)
+            logits, allowed, where = scan_logits(model, scan, spec, device=device)
+            pred = restrict_logits(logits, allowed).argmax(-1).cpu().numpy()[where]
+            routing = [r.cpu().numpy()[where] for r in model.point_routing()] if model.cfg.is_moe else []
+            bad += int((~torch.isfinite(logits).all(-1)).cpu().numpy()[where].sum())
+            total += len(where)
             conf += confusion(pred, scan.labels.astype(np.int64))
             for i, ids in enumerate(routing):
                 counts = np.bincount(ids, minlength=model.cfg.experts)
@@ -282,6 +296,7 @@ def evaluate(model: PTv3, scans: dict[str, list[Scan]], *, device: torch.device 
                 else:
                     usage.append(counts)
         out["miou"][name], out["iou"][name] = miou(conf, spec.class_ids)
+        out["nonfinite"][name] = bad / max(1, total)
         if usage:
             out["usage"][name] = [(u / max(1, u.sum())).round(4).tolist() for u in usage]
     out["mean_miou"] = float(np.mean(list(out["miou"].values()))) if out["miou"] else 0.0

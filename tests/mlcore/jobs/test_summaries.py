@@ -188,6 +188,8 @@ def test_optional_parts_are_left_out_when_their_metrics_were_not_recorded() -> N
     )
     segment = {k: v for k, v in SCALARS["pointcloud-segment"].items() if "file_labels" not in k}
     assert get_kind("pointcloud-segment").spec.summary_line(segment).endswith("largest class building (55%).")
+    overflowed = {**segment, "nonfinite_voxel_share": 0.031}
+    assert "3.1% of voxels overflowed" in get_kind("pointcloud-segment").spec.summary_line(overflowed)
 
 
 def test_graph_ood_says_when_the_method_trails_a_baseline_and_leads_with_the_best_when_disco_did_not_run() -> None:

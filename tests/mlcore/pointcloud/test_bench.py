@@ -1,0 +1,64 @@
+"""The point-cloud benchmark's command line and report sections (no training, no measurement)."""
+
+import json
+
+import pytest
+
+from mlcore.bench import pointcloud as bench
+
+
+def test_only_wants_a_known_configuration_and_a_seed(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--tier", "full", "--only", "moe-everything:1"])
+    with pytest.raises(SystemExit):
+        bench.main(["--tier", "full", "--only", "moe-proj"])
+    assert "CONFIG:SEED" in capsys.readouterr().err
+
+
+def test_only_trains_just_the_named_configuration_and_seed(monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench, "run_config", lambda config, seed, tier, name: calls.append((config, seed, name)))
+    bench.main(["--tier", "full", "--only", "moe-proj:1", "--only", "dense-active:2"])
+    assert calls == [("moe-proj", 1, "full"), ("dense-active", 2, "full")]
+
+
+def test_a_cached_run_is_reused_without_training(monkeypatch, tmp_path):
+    monkeypatch.setattr(bench, "CACHE", tmp_path)
+    cached = {"config": "moe-proj", "seed": 1, "miou": {}}
+    (tmp_path / "full-moe-proj-s1.json").write_text(json.dumps(cached))
+    assert bench.run_config("moe-proj", 1, bench.TIERS["full"], "full") == cached
+
+
+def test_the_throughput_table_reports_cpu_time_speed_up_and_peak_memory():
+    row = {
+        "points": 1_000_000,
+        "voxels": 600_000,
+        "chunks": 6,
+        "model": "zoo:pointmoe-synmix",
+        "seconds": 20.0,
+        "cpu_seconds": 8.0,
+        "points_per_cpu_second": 125_000,
+        "points_per_cpu_second_best": 150_000,
+        "speedup": 1.14,
+        "same_labels": 1.0,
+        "peak_rss_bytes": 3 * 2**30,
+        "rss_before_bytes": 2**30,
+        "nonfinite_voxels": 6_000,
+    }
+    old = {"points": 100_000, "seconds": 9.0, "points_per_second": 11_000}  # no CPU time: not comparable
+    lines = bench.throughput_lines([row, old])
+    table = [line for line in lines if line.startswith("| 1")]
+    assert len(table) == 1
+    assert "125,000; 150,000" in table[0] and "×1.14" in table[0] and "3.00 GiB (1.00)" in table[0]
+    assert "1.0%" in table[0]
+
+
+def test_non_finite_shares_are_listed_only_for_runs_that_recorded_them():
+    runs = [
+        {"config": "moe-proj", "seed": 0, "nonfinite": dict.fromkeys("ABCDEF", 0.0) | {"D": 0.25}},
+        {"config": "dense-active", "seed": 0},
+    ]
+    lines = bench.nonfinite_lines(runs)
+    rows = [line for line in lines if line.startswith("| moe") or line.startswith("| dense")]
+    assert rows == ["| moe-proj (s0) | 0.0% | 0.0% | 0.0% | 25.0% | 0.0% | 0.0% |"]
+    assert bench.nonfinite_lines([runs[1]]) == []
