@@ -8,6 +8,8 @@ gets its experts, however skewed the routing.
   keep the top k; Mixtral renormalises the kept weights to sum to 1, Switch / DeepSeek-V2 do not.
 - :class:`TopKSigmoidRouter` — DeepSeek-V3 style: s = σ(W_g·x), keep the top k, optionally
   renormalised.
+- :class:`ExpertChoiceRouter` — the exception: expert choice (EC-DiT), capacity-based, each expert
+  takes its top-C tokens; returned in the same token-major :class:`Routing` (padded slots).
 
 The LD-MoLE sparsemax router, ProMoE's prototype router and MoGA's group router live in
 :mod:`mlcore.moe.sparsemax`, :mod:`mlcore.moe.prototype` and :mod:`mlcore.moe.group`.
@@ -156,3 +158,58 @@ class TopKSigmoidRouter(_LinearTopKRouter):
 
     def activate(self, logits: Tensor) -> Tensor:
         return torch.sigmoid(logits)
+
+
+class ExpertChoiceRouter(Router):
+    """Expert choice (Zhou et al. 2022; EC-DiT, Sun et al. 2024): the *experts* pick the tokens.
+
+    s = softmax(W_g·x) over E experts for each of the T tokens; expert e takes the C tokens with
+    the largest s_{·,e} (its column), C = ⌈capacity_factor·T / E⌉, and each chosen token is weighted
+    by its score s_{t,e}. Every expert therefore processes exactly C tokens (perfect balance, so no
+    balance loss), while a token may get anything from 0 to E experts — ``capacity_factor`` is the
+    *average* number of experts per token, the counterpart of a token-choice top-k.
+
+    The choice is made over the whole batch handed to :meth:`forward` (all T tokens compete), so a
+    token's experts depend on the other samples in the batch: the known price of expert choice.
+
+    The :class:`Routing` it returns is token-major like every other router's, so
+    :class:`~mlcore.moe.layer.MoELayer` runs it unchanged: k slots = the largest number of experts
+    any token got, padded slots marked in ``active`` with weight 0. ``top_k`` (what activated-
+    parameter counts read) is ``capacity_factor``.
+    """
+
+    kind = "expert-choice"
+
+    def __init__(
+        self,
+        hidden: int,
+        num_experts: int,
+        capacity_factor: int = 2,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        _check_top_k(num_experts, capacity_factor)
+        self.num_experts, self.top_k = num_experts, capacity_factor
+        self.weight = gate_weight(num_experts, hidden, device=device, dtype=dtype)
+
+    def capacity(self, num_tokens: int) -> int:
+        """C = ⌈capacity_factor·T / E⌉ tokens per expert, at most T."""
+        return min(num_tokens, -(-self.top_k * num_tokens // self.num_experts))
+
+    def forward(self, x: Tensor, *, null_mask: Tensor | None = None) -> Routing:
+        self._refuse_null_mask(null_mask)
+        logits = nn.functional.linear(x, self.weight)
+        scores = torch.softmax(at_least_float32(logits), dim=-1)  # [T, E]
+        chosen_rows = scores.topk(self.capacity(len(x)), dim=0).indices  # [C, E]: each expert's tokens
+        chosen = torch.zeros_like(scores, dtype=torch.bool).scatter_(0, chosen_rows, True)
+        # Token-major: each token's chosen experts first (stable, so in expert order), then padding.
+        slots = max(1, int(chosen.sum(-1).max()))
+        ids = torch.sort(chosen.to(torch.int8), dim=-1, descending=True, stable=True).indices[:, :slots]
+        active = chosen.gather(-1, ids)
+        weights = torch.where(active, scores.gather(-1, ids), torch.zeros((), dtype=scores.dtype))
+        return Routing(ids, weights, logits, scores, self.num_experts, active=active)
+
+    def extra_repr(self) -> str:
+        return f"experts={self.num_experts}, capacity_factor={self.top_k}"

@@ -6,7 +6,8 @@ adaLN-Zero blocks conditioned on c = emb(t) + emb(digit) + emb(direction). Class
 has a **null** class per label (index ``num_digits`` / ``num_directions``) for classifier-free
 guidance; a sample is "null" when its digit is the null class.
 
-Self-attention is :class:`mlcore.video.attention.VideoAttention` (full / MoGA + local / local).
+Self-attention is :class:`mlcore.video.attention.VideoAttention` (full / MoGA + local / local, and
+the sparse baselines random groups / block top-k / sliding tile).
 The feed-forward network is one of
 
 - ``dense``: GELU MLP of width ``ffn_width``;
@@ -17,6 +18,9 @@ The feed-forward network is one of
   expert, prototypical top-1 routing by cosine similarity (identity activation) over experts of
   width ``ffn_width/2``, one shared expert of width ``ffn_width/2``, routing contrastive loss τ = 0.07.
   ``promoe_conditional=False`` ablates step 1.
+- ``ec`` (EC-DiT style, Sun et al. 2024): the DiT-MoE experts and shared expert, routed by expert
+  choice (:class:`mlcore.moe.routers.ExpertChoiceRouter`: each expert takes its top-C tokens of the
+  batch, C = 2·T/E, so 2 experts per token on average, equal activated width); no balance loss.
 
 The network predicts the rectified-flow velocity v = ε − x₀ at x_t = (1 − t)·x₀ + t·ε.
 """
@@ -34,10 +38,11 @@ from torch import Tensor, nn
 
 from mlcore.moe import MoELayer, PrototypeRouter, Routing, TopKSoftmaxRouter
 from mlcore.moe.losses import routing_contrastive_loss, switch_load_balance_loss
+from mlcore.moe.routers import ExpertChoiceRouter
 from mlcore.video.attention import ATTENTION_MODES, AttentionMode, Grid, VideoAttention
 
-FFN_KINDS: tuple[str, ...] = ("dense", "moe", "promoe")
-FFNKind = Literal["dense", "moe", "promoe"]
+FFN_KINDS: tuple[str, ...] = ("dense", "moe", "promoe", "ec")
+FFNKind = Literal["dense", "moe", "promoe", "ec"]
 
 
 def sincos(positions: Tensor, dim: int) -> Tensor:
@@ -75,7 +80,7 @@ class AuxLosses:
 
 
 class FeedForward(nn.Module):
-    """The block's FFN: dense, DiT-MoE or ProMoE (see the module docstring)."""
+    """The block's FFN: dense, DiT-MoE, ProMoE or EC-DiT (see the module docstring)."""
 
     def __init__(
         self,
@@ -92,8 +97,10 @@ class FeedForward(nn.Module):
         self.kind = kind
         if kind == "dense":
             self.mlp = nn.Sequential(nn.Linear(dim, width), nn.GELU(approximate="tanh"), nn.Linear(width, dim))
-        elif kind == "moe":
-            router = TopKSoftmaxRouter(dim, num_experts, 2)
+        elif kind in ("moe", "ec"):
+            router = (
+                TopKSoftmaxRouter(dim, num_experts, 2) if kind == "moe" else ExpertChoiceRouter(dim, num_experts, 2)
+            )
             self.moe = MoELayer(
                 dim,
                 width // 4,
@@ -125,7 +132,7 @@ class FeedForward(nn.Module):
         aux.routings.append(routing)
         if self.kind == "moe":
             aux.add("expert_balance", switch_load_balance_loss(routing))
-        else:
+        elif self.kind == "promoe":
             prototypes = self.moe.router.prototypes  # type: ignore[union-attr]
             aux.add("contrastive", routing_contrastive_loss(x.reshape(-1, x.shape[-1]), routing, prototypes))
         return y

@@ -76,3 +76,46 @@ def test_router_gradients_reach_the_gate_weights():
     router = TopKSoftmaxRouter(8, 4, 2)
     router(torch.randn(6, 8)).gate_weights[:, 0].sum().backward()
     assert router.weight.grad is not None and bool(router.weight.grad.abs().sum() > 0)
+
+
+def test_expert_choice_gives_each_expert_exactly_its_capacity_of_its_highest_scoring_tokens():
+    from mlcore.moe.routers import ExpertChoiceRouter
+
+    torch.manual_seed(4)
+    router = ExpertChoiceRouter(8, 4, 2)
+    x = torch.randn(30, 8)
+    routing = router(x)
+    capacity = router.capacity(30)
+    assert capacity == 15  # ⌈2·30/4⌉
+    assert routing.expert_counts().tolist() == [capacity] * 4
+    scores = torch.softmax(x @ router.weight.T, dim=-1)
+    for e in range(4):
+        takers = routing.expert_ids.eq(e) & routing.active_mask()
+        chosen = takers.any(-1).nonzero().reshape(-1)
+        assert set(chosen.tolist()) == set(scores[:, e].topk(capacity).indices.tolist())
+        torch.testing.assert_close(routing.gate_weights[takers], scores[chosen, e])
+    # tokens get a varying number of experts; the padded slots carry no weight
+    per_token = routing.active_mask().sum(-1)
+    assert per_token.sum() == 4 * capacity and per_token.max() > per_token.min()
+    assert (routing.gate_weights[~routing.active_mask()] == 0).all()
+
+
+def test_an_expert_choice_routed_layer_sums_each_tokens_choosing_experts_weighted_by_score():
+    from mlcore.moe import MoELayer
+    from mlcore.moe.routers import ExpertChoiceRouter
+    from tests.mlcore.moe.reference import expert_output
+
+    torch.manual_seed(5)
+    router = ExpertChoiceRouter(6, 3, 1, dtype=torch.float64)
+    layer = MoELayer(6, 10, router=router, dtype=torch.float64)
+    x = torch.randn(12, 6, dtype=torch.float64)
+    y = layer(x)
+    scores = torch.softmax(x @ router.weight.T, dim=-1)
+    expected = torch.zeros_like(x)
+    for e in range(3):
+        for t in scores[:, e].topk(router.capacity(12)).indices.tolist():
+            expected[t] += scores[t, e] * expert_output(layer, e, x[t])
+    torch.testing.assert_close(y, expected)
+    assert (y[expected.abs().sum(-1) == 0] == 0).all()  # a token no expert chose passes through as zero
+    y.square().sum().backward()  # the router learns through the gate weights (there is no balance loss)
+    assert router.weight.grad is not None and router.weight.grad.abs().sum() > 0

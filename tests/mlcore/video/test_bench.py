@@ -6,7 +6,7 @@ def test_the_full_tier_covers_4k_to_64k_tokens_three_seeds_and_both_promoe_ablat
     assert full["tokens"][0] == 4096 and full["tokens"][-1] == 65536
     assert max(TIERS["quick"]["tokens"]) == 16384
     assert len(full["quality_seeds"]) == 3 and len(full["promoe_seeds"]) == 3
-    assert {c.get("ffn") for c in PROMOE_CONFIGS.values()} == {"dense", "moe", "promoe"}
+    assert {c.get("ffn") for c in PROMOE_CONFIGS.values()} == {"dense", "moe", "promoe", "ec"}
     assert {"promoe_conditional": False, "ffn": "promoe"} in PROMOE_CONFIGS.values()
     assert {"contrastive_weight": 0.0, "ffn": "promoe"} in PROMOE_CONFIGS.values()
 
@@ -26,3 +26,49 @@ def test_the_claim_lines_say_yes_only_when_the_numbers_support_them():
     assert "**yes**" in good[0] and "**no**" in bad[0]
     assert good[2].count("**yes**") == 2 and bad[2].count("**no**") == 2
     assert "**yes**" in good[3] and "**no**" in bad[3]
+
+
+def test_the_baseline_claims_compare_moga_with_each_baseline_and_call_overlapping_seeds_a_tie():
+    from mlcore.bench.video import QUALITY_MODES, attention_baselines_report
+
+    data = _data(moga_loss=0.205, promoe_loss=0.25, time_ratio=0.5)
+    data["quality"] = {m: [{"heldout_rf_loss": v}] for m, v in zip(QUALITY_MODES, (0.2, 0.205, 0.25, 0.3, 0.2, 0.1))}
+    data["quality"]["random"] = [{"heldout_rf_loss": v} for v in (0.30, 0.31, 0.29)]
+    data["quality"]["moga"] = [{"heldout_rf_loss": v} for v in (0.20, 0.21, 0.205)]
+    data["quality"]["blocktopk"] = [{"heldout_rf_loss": v} for v in (0.19, 0.22, 0.20)]
+    patterns = {
+        name: {"mass_recall": recall, "flop_fraction": 0.25, "time_ratio": 1.0}
+        for name, recall in (("random", 0.25), ("blocktopk", 0.8), ("sta", 0.5))
+    }
+    data["attention_baselines"] = [
+        {"tokens": 8464, "grid": [16, 23, 23], "sta_tile": [4, 4, 4], "block_topk": 4, "patterns": patterns}
+    ]
+    lines = claims(data)
+    random = next(line for line in lines if "vs random groups" in line)
+    block = next(line for line in lines if "vs block top-k" in line)
+    sta = next(line for line in lines if "vs sliding tile" in line)
+    assert "lower: **yes** (beyond 2 sd" in random
+    assert "a tie" in block
+    assert "lower: **no**" in sta
+    recall = next(line for line in lines if line.startswith("- Mass recall"))
+    assert recall.endswith("**no**.")  # block top-k keeps more mass than MoGA's 0.6
+    table = "\n".join(attention_baselines_report(data["attention_baselines"]))
+    assert "| 8464 | blocktopk | 0.250 | 1.00 | 0.800 |" in table
+    assert "tile shrinks to 4×1×1" in table
+
+
+def test_the_quick_tier_runs_three_seeds_of_every_quality_pattern_and_the_ec_dit_baseline():
+    from mlcore.bench.video import QUALITY_MODES
+
+    assert set(QUALITY_MODES) == {"full", "moga", "local", "random", "blocktopk", "sta"}
+    assert len(TIERS["quick"]["quality_seeds"]) == 3 and len(TIERS["quick"]["promoe_seeds"]) == 3
+    assert {"ffn": "ec"} in PROMOE_CONFIGS.values()
+
+
+def test_the_longer_study_reports_only_seeds_that_every_contender_finished():
+    from mlcore.bench.video import _complete_seeds
+
+    found = {0: {"a": {"seed": 0}, "b": {"seed": 0}}, 1: {"a": {"seed": 1}}, 2: {"a": {"seed": 2}, "b": {"seed": 2}}}
+    kept = _complete_seeds(found, ("a", "b"))
+    assert [r["seed"] for r in kept["a"]] == [0, 2] and [r["seed"] for r in kept["b"]] == [0, 2]
+    assert _complete_seeds({1: {"a": {}}}, ("a", "b")) == {}

@@ -82,3 +82,22 @@ def test_save_pretrained_and_from_pretrained_give_the_same_model(tiny_dit, tmp_p
     t = torch.rand(4)
     assert again.config.ffn == "promoe" and tuple(again.config.window) == (2, 2, 2)
     assert torch.allclose(model(x, t, d, m), again(x, t, d, m), atol=1e-6)
+
+
+def test_the_ec_dit_ffn_activates_as_much_as_dit_moe_and_adds_no_balance_loss(tiny_dit):
+    model = tiny_dit(ffn="ec")
+    assert activated_ffn_parameters(model) == activated_ffn_parameters(tiny_dit(ffn="moe"))
+    x, d, m = batch()
+    aux = AuxLosses()
+    model(x, torch.rand(4), d, m, aux=aux).sub(x).square().mean().backward()
+    assert aux.expert_balance is None and aux.contrastive is None
+    counts = aux.routings[0].expert_counts()
+    assert (counts == counts[0]).all()  # expert choice: every expert takes its capacity
+
+
+@pytest.mark.parametrize("attention", ["random", "blocktopk", "sta"])
+def test_the_sparse_baseline_modes_train_the_model(tiny_dit, attention):
+    model = tiny_dit(attention=attention)
+    x, d, m = batch()
+    model(x, torch.rand(4), d, m).sub(x).square().mean().backward()
+    assert model.final.weight.grad.abs().sum() > 0
