@@ -1,10 +1,11 @@
 """``python -m mlcore.bench routing``: how inputs are routed to experts (issue 11).
 
 1. **LD-MoLE** (method card ``ld-mole.md``, section 4): the zoo's frozen ``lora-base-tiny``
-   fine-tuned on the majority-of-high-digits task at levels d = 2…6 with LoRA (one adapter of
-   rank E·r) against top-1 / top-2 MoLE, ReLU routing and LD-MoLE at matched adapter parameters
-   (E = 8 experts of rank 4); the full tier adds fixed sparsemax (λ = 0) and LD-MoLE without its
-   sparsity loss. Accuracy per level, active experts per token, zero-expert rate.
+   fine-tuned on the majority-of-high-digits task at levels d = 2…6 with LoRA against top-1 /
+   top-2 MoLE, ReLU routing and LD-MoLE at matched trainable parameters: the budget is 8 experts
+   of rank 4 with linear routers, and :mod:`mlcore.lora.budget` sizes each contender to it (LoRA's
+   rank; LD-MoLE's expert count and λ width); the full tier adds fixed sparsemax (λ = 0) and
+   LD-MoLE without its sparsity loss. Accuracy per level, active experts per token, zero-expert rate.
 2. **RoMA** (card ``roma.md``, section 4): a tiny MoE classifier (4 MoE layers, 8 experts, top-2)
    pre-trained on a multi-task set whose task is implicit; base, CE-only router tuning, RoMA,
    C3PO-lite and the per-sample oracle on an i.i.d. and a shifted split; fraction of the oracle
@@ -74,24 +75,23 @@ def _mean_sd(values: list[float]) -> str:
 
 
 # -- LD-MoLE -----------------------------------------------------------------------------------
-def lora_section(tier: str) -> tuple[str, dict[str, Any]]:
+def lora_section(tier: str, *, cached_only: bool = False) -> tuple[str, dict[str, Any]]:
     import torch
 
     from mlcore.lora.base import TinyEncoder
     from mlcore.lora.zoo import CHECKPOINT
 
     torch.set_num_threads(1)
-    runs = _lora_runs(tier, TinyEncoder.load(CHECKPOINT), "lora")
+    runs, missing = _lora_runs(tier, TinyEncoder.load(CHECKPOINT), "lora", cached_only=cached_only)
     settings = TIERS[tier]
     intro = (
         f"Frozen `lora-base-tiny`; majority task at levels d = 2…6; {settings['lora']['steps']} steps of batch "
-        f"{settings['lora']['batch_size']}; 8 experts of rank 4 (LoRA: one adapter of rank 32); seeds {list(SEEDS)}; "
-        "mean ± sd over seeds."
-    )
+        f"{settings['lora']['batch_size']}. {MATCHING} Seeds {list(SEEDS)}; mean ± sd over seeds."
+    ) + _missing_note(missing)
     return _lora_table("## LD-MoLE: mixtures of LoRA experts on a frozen base", intro, runs)
 
 
-def lora_lm_section(tier: str) -> tuple[str, dict[str, Any]]:
+def lora_lm_section(tier: str, *, cached_only: bool = False) -> tuple[str, dict[str, Any]]:
     """The same comparison on a Hugging Face MoE LM base (the zoo's ``moe-lm-tiny``): LoRA experts on
     its attention projections, the task as prompts, the head on the last token."""
     import torch
@@ -109,39 +109,83 @@ def lora_lm_section(tier: str) -> tuple[str, dict[str, Any]]:
     def encode(batch: Any) -> Any:
         return as_text(batch, tokenizer, base.max_length)
 
-    runs = _lora_runs(tier, base, "lora-lm", projections=("q", "k", "v", "o"), encode=encode)
+    runs, missing = _lora_runs(
+        tier, base, "lora-lm", projections=("q", "k", "v", "o"), encode=encode, cached_only=cached_only
+    )
     settings = TIERS[tier]
     intro = (
         "Frozen zoo `moe-lm-tiny` (Qwen3-MoE, 4 layers; its MoE experts are fused tensors, so the LoRA experts go on "
         "the q, k, v, o projections), the same task as prompts (`level 3: 1 5 9 2 6 5 3 5`), the head on the last "
-        f"token; {settings['lora']['steps']} steps of batch {settings['lora']['batch_size']}; 8 experts of rank 4; "
-        f"seeds {list(SEEDS)}."
-    )
+        f"token; {settings['lora']['steps']} steps of batch {settings['lora']['batch_size']}; the same parameter "
+        f"matching (budget: 8 experts of rank 4 with routers on q, k, v, o). Seeds {list(SEEDS)}."
+    ) + _missing_note(missing)
     return _lora_table("### LD-MoLE on a Hugging Face MoE LM base", intro, runs)
 
 
+MATCHING = (
+    "Matched trainable parameters (`mlcore.lora.budget`): the budget is 8 experts of rank 4 plus their linear "
+    "routers; top-k, ReLU and sparsemax have that shape, LoRA takes the rank closest to the budget, and LD-MoLE pays "
+    "for its shared λ network inside the budget (it keeps as many experts of rank 4 as fit beside the network, and "
+    "the network takes the remaining parameters); every count is within 2 % of the budget. Shape = experts × rank, "
+    "λ = the λ network's hidden width."
+)
+
+
+def _lora_key(prefix: str, mixture: Any, config: Any) -> str:
+    """The cache key names the mixture's sizes, so a result is never reused for another size."""
+    experts, rank = (
+        (1, mixture.experts * mixture.rank) if mixture.routing == "lora" else (mixture.experts, mixture.rank)
+    )
+    size = f"{experts}x{rank}" + (f"-h{mixture.lambda_hidden}" if mixture.routing.startswith("ld-mole") else "")
+    steps = f"s{config.steps}-b{config.batch_size}-n{config.train_examples}"
+    return f"{prefix}-{mixture.routing}-{size}-{steps}-seed{config.seed}"
+
+
+def _missing_note(missing: list[str]) -> str:
+    if not missing:
+        return ""
+    return (
+        f" **Partial:** built from the finished configurations only; {len(missing)} did not run yet "
+        f"({', '.join(missing)})."
+    )
+
+
 def _lora_runs(
-    tier: str, base: Any, prefix: str, *, projections: tuple[str, ...] | None = None, encode: Any = None
-) -> dict[str, list[dict[str, Any]]]:
+    tier: str,
+    base: Any,
+    prefix: str,
+    *,
+    projections: tuple[str, ...] | None = None,
+    encode: Any = None,
+    cached_only: bool = False,
+) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """Each routing's results per seed, and (with ``cached_only``: read what the cache holds, train
+    nothing) the configurations that are missing."""
+    from mlcore.lora.budget import matched_mixtures, shape
     from mlcore.lora.mixture import MixtureConfig
     from mlcore.lora.pipeline import FinetuneConfig, finetune
 
     settings = TIERS[tier]
-    extra = {"projections": projections} if projections else {}
+    template = MixtureConfig(experts=8, rank=4, **({"projections": projections} if projections else {}))
+    mixtures = matched_mixtures(base, settings["routings"], template)
     runs: dict[str, list[dict[str, Any]]] = {}
-    for routing in settings["routings"]:
+    missing: list[str] = []
+    for routing, mixture in mixtures.items():
         for seed in SEEDS:
             config = FinetuneConfig(**settings["lora"], seed=seed)
-            key = f"{prefix}-{routing}-s{config.steps}-b{config.batch_size}-n{config.train_examples}-seed{seed}"
+            key = _lora_key(prefix, mixture, config)
+            if cached_only and not (CACHE / f"{key}.json").exists():
+                missing.append(f"{routing} seed {seed}")
+                continue
 
-            def compute(routing: str = routing, config: FinetuneConfig = config) -> dict[str, Any]:
-                mixture = MixtureConfig(routing=routing, experts=8, rank=4, **extra)
+            def compute(mixture: MixtureConfig = mixture, config: FinetuneConfig = config) -> dict[str, Any]:
                 result = finetune(base, mixture, config, encode=encode)
                 return {"metrics": result.metrics(), "histogram": result.active_histogram}
 
             runs.setdefault(routing, []).append(_cached(key, compute))
+            runs[routing][-1]["shape"] = shape(mixture)
             print(f"{prefix} {routing} seed {seed}: {runs[routing][-1]['metrics']['accuracy']:.3f}", flush=True)
-    return runs
+    return runs, missing
 
 
 def _lora_table(title: str, intro: str, runs: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
@@ -151,10 +195,10 @@ def _lora_table(title: str, intro: str, runs: dict[str, list[dict[str, Any]]]) -
         "",
         intro,
         "",
-        "| routing | trainable params | accuracy | "
+        "| routing | shape | trainable params | seeds | accuracy | "
         + " | ".join(f"d={d}" for d in levels)
         + " | active experts / token | ≤ 2 active | zero-expert rate | CPU s / run |",
-        "|---|---|---|" + "---|" * len(levels) + "---|---|---|---|",
+        "|---|---|---|---|---|" + "---|" * len(levels) + "---|---|---|---|",
     ]
     data: dict[str, Any] = {}
     for routing, results in runs.items():
@@ -165,15 +209,19 @@ def _lora_table(title: str, intro: str, runs: dict[str, list[dict[str, Any]]]) -
         }
         row.update({f"accuracy_d{d}": [x[f"accuracy_d{d}"] for x in m] for d in levels})
         row["trainable_parameters"] = int(m[0]["trainable_parameters"])
+        row["shape"] = results[0].get("shape", "")
         row["cpu_seconds"] = statistics.mean(r["cpu_seconds"] for r in results)
         data[routing] = row
         lines.append(
-            f"| {routing} | {row['trainable_parameters']:,} | {_mean_sd(row['accuracy'])} | "
+            f"| {routing} | {row['shape']} | {row['trainable_parameters']:,} | {len(results)} | "
+            f"{_mean_sd(row['accuracy'])} | "
             + " | ".join(f"{statistics.mean(row[f'accuracy_d{d}']):.3f}" for d in levels)
             + f" | {statistics.mean(row['mean_active_experts']):.2f} | {statistics.mean(row['at_most_two_rate']):.3f}"
             f" | {statistics.mean(row['zero_expert_rate']):.3f} | {row['cpu_seconds']:.0f} |"
         )
-    lines += ["", _lora_verdict(data)]
+    counts = [row["trainable_parameters"] for row in data.values()]
+    spread = f"Trainable parameters differ by at most {(max(counts) - min(counts)) / min(counts):.2%} across routings."
+    lines += ["", spread + " " + _lora_verdict(data)]
     return "\n".join(lines), data
 
 
@@ -182,15 +230,29 @@ def _lora_verdict(data: dict[str, Any]) -> str:
         return ""
     ld = statistics.mean(data["ld-mole"]["accuracy"])
     tops = {r: statistics.mean(data[r]["accuracy"]) for r in ("top1", "top2") if r in data}
-    best_top = max(tops.values()) if tops else float("nan")
-    claim = "reproduces" if ld >= best_top else "does **not** reproduce"
+    if tops:
+        best = max(tops, key=tops.__getitem__)
+        claim = "reproduces" if ld >= tops[best] else "does **not** reproduce"
+        seeds = {len(data[r]["accuracy"]) for r in ("ld-mole", best)}
+        caveat = "" if len(seeds) == 1 else " (means over different numbers of seeds)"
+        verdict = (
+            f"LD-MoLE {ld:.3f} vs best fixed top-k {tops[best]:.3f}{caveat}: the accuracy claim (LD-MoLE ≥ top-k at "
+            f"matched parameters) {claim} here."
+        )
+    else:
+        verdict = f"LD-MoLE {ld:.3f}; no top-k run has finished, so no verdict on the accuracy claim yet."
     parts = [
-        f"LD-MoLE {ld:.3f} vs best fixed top-k {best_top:.3f}: the accuracy claim (LD-MoLE ≥ top-k at matched "
-        f"parameters) {claim} here.",
+        verdict,
         f"LD-MoLE's zero-expert rate is {statistics.mean(data['ld-mole']['zero_expert_rate']):.3f} and "
         f"{statistics.mean(data['ld-mole']['at_most_two_rate']):.1%} of (token, projection) pairs use ≤ 2 experts, "
         f"{statistics.mean(data['ld-mole']['mean_active_experts']):.2f} on average.",
     ]
+    if "ld-mole-nosparsity" in data:
+        free = data["ld-mole-nosparsity"]
+        parts.append(
+            f"Without its sparsity loss LD-MoLE reaches {statistics.mean(free['accuracy']):.3f} with "
+            f"{statistics.mean(free['mean_active_experts']):.2f} experts per (token, projection) on average."
+        )
     if "relu" in data:
         parts.append(
             f"ReLU routing leaves {statistics.mean(data['relu']['zero_expert_rate']):.1%} of pairs with no expert."
@@ -397,21 +459,50 @@ def graph_summary(results: Path) -> tuple[str, dict[str, Any]]:
     return "\n".join(lines), {"tier": graph["tier"], "written_at": graph["written_at"]}
 
 
-def run(tier: str, results: Path) -> None:
-    if tier not in TIERS:
-        raise ValueError(f"tier must be one of {tuple(TIERS)}, got {tier!r}")
-    started = time.perf_counter()
-    sections, data = [f"# Routing methods (issue 11), {tier} tier", ""], {"tier": tier, "seeds": list(SEEDS)}
+def run(
+    tier: str,
+    results: Path,
+    *,
+    section_tiers: dict[str, str | tuple[str, ...]] | None = None,
+    cached_only: tuple[str, ...] = (),
+) -> None:
+    """Write ``routing.md`` / ``.json`` for ``tier``; ``section_tiers`` runs named sections
+    (``ld_mole``, ``ld_mole_lm``, ``roma``, ``roma_lm``) at other tiers, or at several (e.g.
+    ``{"roma": "full", "ld_mole": ("quick", "full")}``); each such section's heading then says its
+    tier, and a section's second tier goes to ``<section>_<tier>`` in the JSON. ``cached_only`` names
+    LD-MoLE sections as ``<section>_<tier>`` (e.g. ``ld_mole_lm_full``) to build from the configurations
+    that finished, training nothing, and saying which are missing."""
     sections_of = (
         ("ld_mole", lora_section),
         ("ld_mole_lm", lora_lm_section),
         ("roma", roma_section),
         ("roma_lm", roma_lm_section),
     )
+    tiers = {name: (tier,) for name, _ in sections_of}
+    for name, chosen in (section_tiers or {}).items():
+        if name not in tiers:
+            raise ValueError(f"unknown sections {name!r}; known: {tuple(tiers)}")
+        tiers[name] = (chosen,) if isinstance(chosen, str) else tuple(chosen)
+    if not {t for ts in tiers.values() for t in ts} | {tier} <= set(TIERS):
+        raise ValueError(f"tiers must be among {tuple(TIERS)}, got {tier!r} and {section_tiers}")
+    partial = set(cached_only)
+    if not partial <= {f"{n}_{t}" for n in ("ld_mole", "ld_mole_lm") for t in TIERS}:
+        raise ValueError(f"cached_only takes LD-MoLE sections as <section>_<tier>, got {sorted(partial)}")
+    started = time.perf_counter()
+    mixed = any(ts != (tier,) for ts in tiers.values())
+    title = f"# Routing methods (issue 11), {tier} tier"
+    if mixed:
+        title += " (" + ", ".join(f"{n}: {' + '.join(ts)}" for n, ts in tiers.items() if ts != (tier,)) + ")"
+    sections, data = [title, ""], {"tier": tier, "section_tiers": tiers, "seeds": list(SEEDS)}
     for name, build in sections_of:
-        markdown, section_data = build(tier)
-        sections += [markdown, ""]
-        data[name] = section_data
+        for index, section_tier in enumerate(tiers[name]):
+            options = {"cached_only": True} if f"{name}_{section_tier}" in partial else {}
+            markdown, section_data = build(section_tier, **options)
+            if mixed:
+                heading, _, rest = markdown.partition("\n")
+                markdown = f"{heading} ({section_tier} tier)\n{rest}"
+            sections += [markdown, ""]
+            data[name if index == 0 else f"{name}_{section_tier}"] = section_data
     markdown, data["graph_ood"] = graph_summary(results)
     sections += [markdown, ""]
     data["wall_seconds"] = time.perf_counter() - started

@@ -7,7 +7,8 @@ LD-MoLE section 2: each frozen linear map W of the base model becomes
 with E experts (A_i ∈ ℝ^{r×in}, B_i ∈ ℝ^{out×r}, B_i = 0 at the start, so fine-tuning starts at
 the base model). ``routing`` picks p:
 
-- ``lora``: one adapter of rank E·r, p = 1 (the matched-parameter LoRA baseline);
+- ``lora``: one adapter of rank E·r, p = 1 (the single-LoRA baseline; :mod:`mlcore.lora.budget`
+  resizes it, and LD-MoLE, so every routing has the same trainable parameters);
 - ``top1`` / ``top2``: softmax router, keep the top k, renormalise, plus a Switch balance loss
   (MixLoRA-style);
 - ``relu``: p = ReLU(u) with an L1 penalty (ReMoE-style); a token may get no expert at all;

@@ -1,3 +1,5 @@
+import pytest
+
 from mlcore.bench import BENCHMARKS, routing
 
 
@@ -72,3 +74,69 @@ def test_the_roma_verdict_needs_roma_ahead_of_ce_only_in_every_seed():
     # A higher mean carried by one seed is not a reproduction.
     noisy = routing._roma_verdict({"hidden-mean": _study([0.80, 0.70, 0.70], [0.72, 0.71, 0.71])})
     assert "does **not** reproduce" in noisy
+
+
+def test_the_ld_mole_cache_key_names_the_mixture_sizes_so_a_resized_contender_is_recomputed():
+    from mlcore.lora.mixture import MixtureConfig
+    from mlcore.lora.pipeline import FinetuneConfig
+
+    config = FinetuneConfig(steps=120, batch_size=32, train_examples=2000, seed=1)
+    keys = {
+        routing._lora_key("lora", MixtureConfig(routing="ld-mole", experts=e, rank=4, lambda_hidden=h), config)
+        for e, h in ((8, 32), (7, 32), (7, 41))
+    }
+    assert len(keys) == 3
+    lora = routing._lora_key("lora", MixtureConfig(routing="lora", experts=1, rank=36), config)
+    assert lora == "lora-lora-1x36-s120-b32-n2000-seed1"
+
+
+def test_a_page_with_sections_at_another_tier_says_which_tier_each_section_ran(tmp_path, monkeypatch):
+    import json
+
+    for name in ("lora_section", "lora_lm_section", "roma_section", "roma_lm_section"):
+        monkeypatch.setattr(routing, name, lambda tier, name=name: (f"## {name}\n\nbody", {"ran": tier}))
+    routing.run("quick", tmp_path, section_tiers={"roma": "full", "roma_lm": "full", "ld_mole": ("quick", "full")})
+    page = (tmp_path / "routing.md").read_text()
+    assert "## roma_section (full tier)" in page and "## lora_section (quick tier)" in page
+    assert "## lora_section (full tier)" in page and "## roma_section (quick tier)" not in page
+    data = json.loads((tmp_path / "routing.json").read_text())
+    assert data["roma"] == {"ran": "full"} and data["ld_mole"] == {"ran": "quick"}
+    assert data["ld_mole_full"] == {"ran": "full"}
+    with pytest.raises(ValueError, match="unknown sections"):
+        routing.run("quick", tmp_path, section_tiers={"graph": "full"})
+
+
+def test_the_ld_mole_verdict_reports_the_variant_without_its_sparsity_loss_when_it_ran():
+    rows = {"top2": _row(0.9), "ld-mole": _row(0.88)}
+    assert "Without its sparsity loss" not in routing._lora_verdict(rows)
+    assert "Without its sparsity loss LD-MoLE reaches 0.950 with 1.50 experts" in routing._lora_verdict(
+        rows | {"ld-mole-nosparsity": _row(0.95)}
+    )
+
+
+def test_a_cached_only_section_reads_the_finished_configurations_and_names_the_missing_ones(tmp_path, monkeypatch):
+    import json
+
+    from mlcore.lora import pipeline
+    from mlcore.lora.base import EncoderConfig, TinyEncoder
+    from mlcore.lora.budget import matched_mixtures
+    from mlcore.lora.mixture import MixtureConfig
+
+    monkeypatch.setattr(routing, "CACHE", tmp_path)
+    monkeypatch.setattr(pipeline, "finetune", lambda *a, **k: pytest.fail("a cached-only section must not train"))
+    base = TinyEncoder(EncoderConfig())
+    mixture = matched_mixtures(base, ["ld-mole"], MixtureConfig(experts=8, rank=4))["ld-mole"]
+    config = pipeline.FinetuneConfig(**routing.TIERS["quick"]["lora"], seed=1)
+    finished = {"metrics": {"accuracy": 0.5}, "cpu_seconds": 1.0}
+    (tmp_path / f"{routing._lora_key('lora', mixture, config)}.json").write_text(json.dumps(finished))
+    runs, missing = routing._lora_runs("quick", base, "lora", cached_only=True)
+    assert list(runs) == ["ld-mole"] and runs["ld-mole"][0]["metrics"]["accuracy"] == 0.5
+    assert len(missing) == len(routing.TIERS["quick"]["routings"]) * len(routing.SEEDS) - 1
+    assert "ld-mole seed 0" in missing and "ld-mole seed 1" not in missing
+    assert "**Partial:**" in routing._missing_note(missing) and routing._missing_note([]) == ""
+
+
+def test_the_ld_mole_verdict_gives_none_without_a_finished_top_k_run_and_flags_unequal_seeds():
+    assert "no verdict on the accuracy claim yet" in routing._lora_verdict({"ld-mole": _row(0.9)})
+    two_seeds = _row(0.95) | {"accuracy": [0.95, 0.95]}
+    assert "different numbers of seeds" in routing._lora_verdict({"ld-mole": two_seeds, "top2": _row(0.9)})
