@@ -91,14 +91,25 @@ def _zoo_model() -> tuple[Any, bool]:
     return VideoDiT(**SMALL, attention="moga").eval(), False
 
 
-def attention_case(tokens: int) -> dict[str, Any]:
-    """One sequence length: activations of the zoo model's first block on a clip with ``tokens`` tokens."""
-    import torch
-    import torch.nn.functional as F
+@dataclass
+class FirstBlockInputs:
+    """What the zoo model's first attention block sees on one test clip (trained activations)."""
 
-    from kernels.group_attention import group_attention_torch
+    trained: bool  #: False when the zoo checkpoint is missing and the router is random
+    grid: tuple[int, int, int]  #: (frames, height, width) in tokens
+    attn: Any  #: the block's attention module (its router, window and group count)
+    hidden: Any  #: [1, N, dim] the normalised, modulated block input
+    q: Any  #: [1, heads, N, head_dim]
+    k: Any
+    v: Any
+
+
+def first_block_inputs(tokens: int) -> FirstBlockInputs:
+    """Run a bouncing-digits clip of ``tokens`` tokens (16 frames, half noise at t = 0.5) through
+    the zoo model's embedding up to its first block's q, k, v."""
+    import torch
+
     from mlcore.data.video import bouncing_digits
-    from mlcore.video.attention import in_group_mass
     from mlcore.video.dit import grid_positions, modulate, sincos
 
     model, trained = _zoo_model()
@@ -106,13 +117,12 @@ def attention_case(tokens: int) -> dict[str, Any]:
     side = round((tokens / frames) ** 0.5) * 4  # pixels: tokens = frames · (side/4)²
     data = bouncing_digits(1, frames=frames, size=side, split="test", seed=1)
     x0 = torch.from_numpy(data.clips).unsqueeze(1)
-    t = torch.tensor([0.5])
     x = 0.5 * x0 + 0.5 * torch.randn(x0.shape, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         grid = model.token_grid(frames, side, side)
         h = model.embed(model.patchify(x)) + grid_positions(grid, model.config.dim, x.device)
         c = (
-            model.time_mlp(sincos(t * 1000.0, model.config.dim))
+            model.time_mlp(sincos(torch.tensor([0.5]) * 1000.0, model.config.dim))
             + model.digit_embed(torch.from_numpy(data.digits))
             + model.direction_embed(torch.from_numpy(data.directions))
         )
@@ -121,6 +131,28 @@ def attention_case(tokens: int) -> dict[str, Any]:
         hn = modulate(block.norm1(h), shift, scale)
         attn = block.attn
         q, k, v = attn.qkv(hn).reshape(1, -1, 3, attn.heads, attn.dim // attn.heads).permute(2, 0, 3, 1, 4)
+    return FirstBlockInputs(trained, tuple(grid), attn, hn, q, k, v)
+
+
+def attention_case(tokens: int) -> dict[str, Any]:
+    """One sequence length: activations of the zoo model's first block on a clip with ``tokens`` tokens."""
+    import torch
+    import torch.nn.functional as F
+
+    from kernels.group_attention import group_attention_torch
+    from mlcore.video.attention import in_group_mass
+
+    inputs = first_block_inputs(tokens)
+    trained, grid, attn, hn, q, k, v = (
+        inputs.trained,
+        inputs.grid,
+        inputs.attn,
+        inputs.hidden,
+        inputs.q,
+        inputs.k,
+        inputs.v,
+    )
+    with torch.no_grad():
         routing = attn.router(hn.reshape(-1, attn.dim))
         groups = routing.expert_ids[:, 0].reshape(1, -1)
         n = groups.shape[1]
@@ -169,7 +201,6 @@ def attention_baselines_case(tokens: int) -> dict[str, Any]:
     import torch.nn.functional as F
 
     from kernels.group_attention import group_attention_torch
-    from mlcore.data.video import bouncing_digits
     from mlcore.video.attention import (
         block_topk_attention,
         block_topk_mask,
@@ -179,27 +210,18 @@ def attention_baselines_case(tokens: int) -> dict[str, Any]:
         tile_layout,
         window_ids,
     )
-    from mlcore.video.dit import grid_positions, modulate, sincos
 
-    model, trained = _zoo_model()
-    frames = 16
-    side = round((tokens / frames) ** 0.5) * 4
-    data = bouncing_digits(1, frames=frames, size=side, split="test", seed=1)
-    x0 = torch.from_numpy(data.clips).unsqueeze(1)
-    x = 0.5 * x0 + 0.5 * torch.randn(x0.shape, generator=torch.Generator().manual_seed(0))
+    inputs = first_block_inputs(tokens)
+    trained, grid, attn, hn, q, k, v = (
+        inputs.trained,
+        inputs.grid,
+        inputs.attn,
+        inputs.hidden,
+        inputs.q,
+        inputs.k,
+        inputs.v,
+    )
     with torch.no_grad():
-        grid = model.token_grid(frames, side, side)
-        h = model.embed(model.patchify(x)) + grid_positions(grid, model.config.dim, x.device)
-        c = (
-            model.time_mlp(sincos(torch.tensor([0.5]) * 1000.0, model.config.dim))
-            + model.digit_embed(torch.from_numpy(data.digits))
-            + model.direction_embed(torch.from_numpy(data.directions))
-        )
-        block = model.blocks[0]
-        shift, scale = block.modulation(c).chunk(6, dim=-1)[:2]
-        hn = modulate(block.norm1(h), shift, scale)
-        attn = block.attn
-        q, k, v = attn.qkv(hn).reshape(1, -1, 3, attn.heads, attn.dim // attn.heads).permute(2, 0, 3, 1, 4)
         n = q.shape[2]
         groups = attn.router(hn.reshape(-1, attn.dim)).expert_ids[:, 0].reshape(1, -1)
         random_ids = random_group_ids(n, attn.num_groups).reshape(1, -1)
