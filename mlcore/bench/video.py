@@ -23,7 +23,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from mlcore.bench.common import median_seconds, write_results
 
@@ -91,8 +91,7 @@ def _zoo_model() -> tuple[Any, bool]:
     return VideoDiT(**SMALL, attention="moga").eval(), False
 
 
-@dataclass
-class FirstBlockInputs:
+class FirstBlockInputs(NamedTuple):
     """What the zoo model's first attention block sees on one test clip (trained activations)."""
 
     trained: bool  #: False when the zoo checkpoint is missing and the router is random
@@ -142,16 +141,7 @@ def attention_case(tokens: int) -> dict[str, Any]:
     from kernels.group_attention import group_attention_torch
     from mlcore.video.attention import in_group_mass
 
-    inputs = first_block_inputs(tokens)
-    trained, grid, attn, hn, q, k, v = (
-        inputs.trained,
-        inputs.grid,
-        inputs.attn,
-        inputs.hidden,
-        inputs.q,
-        inputs.k,
-        inputs.v,
-    )
+    trained, grid, attn, hn, q, k, v = first_block_inputs(tokens)
     with torch.no_grad():
         routing = attn.router(hn.reshape(-1, attn.dim))
         groups = routing.expert_ids[:, 0].reshape(1, -1)
@@ -211,16 +201,7 @@ def attention_baselines_case(tokens: int) -> dict[str, Any]:
         window_ids,
     )
 
-    inputs = first_block_inputs(tokens)
-    trained, grid, attn, hn, q, k, v = (
-        inputs.trained,
-        inputs.grid,
-        inputs.attn,
-        inputs.hidden,
-        inputs.q,
-        inputs.k,
-        inputs.v,
-    )
+    trained, grid, attn, hn, q, k, v = first_block_inputs(tokens)
     with torch.no_grad():
         n = q.shape[2]
         groups = attn.router(hn.reshape(-1, attn.dim)).expert_ids[:, 0].reshape(1, -1)
