@@ -55,6 +55,15 @@ def test_the_graph_part_of_routing_md_is_read_from_the_graph_benchmarks_current_
     assert "full method's mean OOD-test accuracy 0.600 beats erm" in markdown
     assert "1 (setting, method, seed) runs are still missing" in markdown
     assert data == {"tier": "full", "written_at": "2026-11-30T06:00:35+00:00"}
+    # A complete card-scale tier is quoted instead; a partial one is not.
+    card = {**graph, "tier": "card", "tier_config": {**graph["tier_config"], "graphs": 2500}, "missing": []}
+    card["table"] = {"heterogeneous": {"erm": {**runs, "ood_test": [0.3, 0.3]}, "disco": runs}}
+    (tmp_path / "graph.json").write_text(json.dumps({**graph, "card": {**card, "missing": [["basis", "erm", 0]]}}))
+    assert routing.graph_summary(tmp_path)[1]["tier"] == "full"
+    (tmp_path / "graph.json").write_text(json.dumps({**graph, "card": card}))
+    markdown, data = routing.graph_summary(tmp_path)
+    assert "(card tier, written 2026-11-30 06:00 UTC; 2500 graphs" in markdown
+    assert "| heterogeneous | 0.300 (2) | 0.600 (2) |" in markdown and data["tier"] == "card"
 
 
 def _study(roma: list[float], ce: list[float]) -> dict:
