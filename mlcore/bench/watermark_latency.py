@@ -7,7 +7,7 @@ Three measurements, each on the CPU:
 1. **Portal, end to end**: anonymous POSTs to ``/verify/`` through Django's test client against a
    real verify worker process (``webapp.portal.benchmark``, run in a subprocess with its own
    database and broker): upload checks, rate limit, queue, decode, match, answer, page render.
-   On the embedded default (SQLite + Kombu's file-system broker, which polls about once a second)
+   On the embedded default (SQLite + Kombu's file-system broker, which polls every 0.1 s)
    and, when ``MOELAB_BENCH_BROKER_URL`` names a Redis, on Redis as deployed.
 2. **Worker component**: what a verify worker does per check (open the image, extractor, match
    against the keyring), in this process.
@@ -201,8 +201,8 @@ def section(tier: str) -> tuple[str, dict[str, Any]]:
             "",
             "The first check on a fresh worker imports torch and loads the extractor "
             f"({'; '.join(first) or 'n/a'}); later checks reuse the loaded model. The file-system broker "
-            "of the embedded default polls its queue folder about once a second, which dominates its "
-            "latency; deployments use Redis.",
+            "of the embedded default polls its queue folder every 0.1 s (`polling_interval` in "
+            "webapp/settings.py), most of its end-to-end time; deployments use Redis.",
         ]
     )
     return markdown, data
