@@ -50,6 +50,15 @@ def matmul_peak_flops(dtype: str = "float32", n: int = 1024, repeats: int = 5) -
     return 2 * n**3 / seconds
 
 
+def full_tier_cache(folder: Path, tier: str) -> Path | None:
+    """Where a benchmark caches its finished configurations: ``folder`` (created) for the full tier,
+    which resumes; none for the quick tier, which always recomputes."""
+    if tier != "full":
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def write_results(results: Path, name: str, markdown: str, data: dict[str, Any]) -> None:
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     data = {"name": name, "written_at": stamp, "machine": machine(), **data}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlcore.bench.common import write_results
+from mlcore.bench.common import full_tier_cache, write_results
 
 CACHE = Path(__file__).resolve().parents[2] / "bench" / "cache" / "compress"
 METHOD_ORDER = ("mone", "mone-zero", "mone-delete", "random", "frequency", "rs", "ean", "reap", "naee", "hc-smoe")
@@ -276,9 +276,7 @@ def run(tier: str, results: Path) -> None:
     from mlcore.zoo.registry import MODELS
 
     spec = TIERS[tier]
-    cache = CACHE if tier == "full" else None
-    if cache is not None:
-        cache.mkdir(parents=True, exist_ok=True)
+    cache = full_tier_cache(CACHE, tier)
     items = {item.name: item for item in MODELS}
     started = time.perf_counter()
     budget = float(os.environ.get("MOELAB_BENCH_BUDGET_S", "inf"))

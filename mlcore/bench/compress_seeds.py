@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlcore.bench.common import write_results
+from mlcore.bench.common import full_tier_cache, write_results
 from mlcore.bench.compress import METHOD_ORDER, TIERS, Tier, mean_std, prepare_folder, run_group
 
 CACHE = Path(__file__).resolve().parents[2] / "bench" / "cache" / "compress-seeds"
@@ -167,9 +167,7 @@ def _verdict(entry: dict[str, Any]) -> str:
 
 def run(tier: str, results: Path) -> None:
     spec = SEED_TIERS[tier]
-    cache = CACHE if tier == "full" else None
-    if cache is not None:
-        cache.mkdir(parents=True, exist_ok=True)
+    cache = full_tier_cache(CACHE, tier)
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     bases: dict[int, Any] = {}

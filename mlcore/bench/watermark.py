@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mlcore.bench.common import write_results
+from mlcore.bench.common import full_tier_cache, write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "bench" / "cache" / "watermark"
@@ -350,9 +350,7 @@ def _markdown(
 
 def run(tier: str, results: Path) -> None:
     spec = TIERS[tier]
-    cache = CACHE if tier == "full" else None
-    if cache is not None:
-        cache.mkdir(parents=True, exist_ok=True)
+    cache = full_tier_cache(CACHE, tier)
     started = time.perf_counter()
     bundle = _bundle()
     card = bundle.card

@@ -233,25 +233,26 @@ def train(
 
 
 @torch.no_grad()
-def scan_logits(
-    model: PTv3, scan: Scan, spec: DatasetSpec, *, device: torch.device | str = "cpu"
-) -> tuple[Tensor, Tensor, np.ndarray]:
-    """(logits [n, K], the dataset's label set [n, K], per input point its row) for one whole scan."""
+def _scan_prediction(
+    model: PTv3, scan: Scan, spec: DatasetSpec, device: torch.device | str
+) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """For every input point of a whole scan: the dataset-restricted prediction, per MoE layer the
+    top-1 expert, and whether its logits were all finite."""
     model.eval()
     sample, where = prepare(scan, spec, points=None, rng=None, augment=False)
     points, _, allowed = collate([sample], device)
-    return model(points), allowed, where
+    logits = model(points)
+    pred = restrict_logits(logits, allowed).argmax(-1).cpu().numpy()[where]
+    routing = [r.cpu().numpy()[where] for r in model.point_routing()] if model.cfg.is_moe else []
+    return pred, routing, torch.isfinite(logits).all(-1).cpu().numpy()[where]
 
 
-@torch.no_grad()
 def predict_scan(
     model: PTv3, scan: Scan, spec: DatasetSpec, *, device: torch.device | str = "cpu"
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Dataset-restricted predictions for every point of a scan, and per MoE layer the top-1 expert
     of every point."""
-    logits, allowed, where = scan_logits(model, scan, spec, device=device)
-    pred = restrict_logits(logits, allowed).argmax(-1).cpu().numpy()[where]
-    routing = [r.cpu().numpy()[where] for r in model.point_routing()] if model.cfg.is_moe else []
+    pred, routing, _ = _scan_prediction(model, scan, spec, device)
     return pred, routing
 
 
@@ -283,11 +284,9 @@ def evaluate(model: PTv3, scans: dict[str, list[Scan]], *, device: torch.device 
         usage: list[np.ndarray] = []
         bad = total = 0
         for scan in items:
-            logits, allowed, where = scan_logits(model, scan, spec, device=device)
-            pred = restrict_logits(logits, allowed).argmax(-1).cpu().numpy()[where]
-            routing = [r.cpu().numpy()[where] for r in model.point_routing()] if model.cfg.is_moe else []
-            bad += int((~torch.isfinite(logits).all(-1)).cpu().numpy()[where].sum())
-            total += len(where)
+            pred, routing, finite = _scan_prediction(model, scan, spec, device)
+            bad += int((~finite).sum())
+            total += len(finite)
             conf += confusion(pred, scan.labels.astype(np.int64))
             for i, ids in enumerate(routing):
                 counts = np.bincount(ids, minlength=model.cfg.experts)
