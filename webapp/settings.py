@@ -167,6 +167,10 @@ BROKER_DIR = VAR_DIR / "broker"
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for _folder in ("queue", "processed", "control"):
         (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+    # kombu's own file-system channel can hand a consumer a message it has not finished writing.
+    from webapp import broker
+
+    broker.register()
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
