@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from mlcore.data.video import bouncing_digits
 from mlcore.video.attention import ATTENTION_MODES, AttentionMode
@@ -51,6 +52,8 @@ class TrainConfig:
     static: bool = False
     grad_clip: float = 1.0
     seed: int = 0
+    #: Decay of an exponential moving average of the weights (DiT samples from it; 0: none). The
+    #: average lives in the :func:`make_ema` module that :func:`train` updates after every step.
     ema: float = 0.0
 
 
@@ -112,11 +115,13 @@ def train(
     optimiser: torch.optim.Optimizer | None = None,
     on_step: Callable[[TrainState], None] | None = None,
     should_stop: Callable[[TrainState], bool] | None = None,
+    ema: AveragedModel | None = None,
 ) -> TrainState:
     """Train ``model`` in place from ``state.step`` to ``config.steps`` on fresh procedural clips.
 
     ``on_step`` runs after every step (checkpointing, metrics, cancellation: raise to stop);
-    ``should_stop`` ends training early (e.g. a CPU-time budget) with the state intact.
+    ``should_stop`` ends training early (e.g. a CPU-time budget) with the state intact; ``ema``
+    (:func:`make_ema`) is updated after every optimiser step.
     """
     state = state or TrainState()
     optimiser = optimiser or make_optimiser(model, config)
@@ -148,6 +153,8 @@ def train(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimiser.step()
+        if ema is not None:
+            ema.update_parameters(model)
         state.step += 1
         state.losses.append([step, float(rf.detach()), float(extra.detach())])
         state.cpu_seconds += time.process_time() - started
@@ -156,12 +163,24 @@ def train(
     return state
 
 
+def make_ema(model: VideoDiT, config: TrainConfig) -> AveragedModel | None:
+    """The moving average of ``model``'s weights with decay ``config.ema`` (None when 0)."""
+    if not config.ema:
+        return None
+    return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema), use_buffers=True)
+
+
 def make_optimiser(model: VideoDiT, config: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.99))
 
 
 def save_state(
-    path: Path, model: VideoDiT, optimiser: torch.optim.Optimizer, state: TrainState, config: TrainConfig
+    path: Path,
+    model: VideoDiT,
+    optimiser: torch.optim.Optimizer,
+    state: TrainState,
+    config: TrainConfig,
+    ema: AveragedModel | None = None,
 ) -> None:
     """A resumable training state, written atomically (a crash mid-write keeps the previous one)."""
     tmp = path.with_suffix(".tmp")
@@ -169,6 +188,7 @@ def save_state(
         {
             "model": model.state_dict(),
             "optimiser": optimiser.state_dict(),
+            "ema": None if ema is None else ema.state_dict(),
             "state": asdict(state),
             "config": asdict(config),
         },
@@ -177,10 +197,16 @@ def save_state(
     tmp.replace(path)
 
 
-def load_state(path: Path, model: VideoDiT, optimiser: torch.optim.Optimizer) -> TrainState:
+def load_state(
+    path: Path, model: VideoDiT, optimiser: torch.optim.Optimizer, ema: AveragedModel | None = None
+) -> TrainState:
     saved = torch.load(path, map_location="cpu", weights_only=False)
     model.load_state_dict(saved["model"])
     optimiser.load_state_dict(saved["optimiser"])
+    if ema is not None:
+        if saved.get("ema") is None:
+            raise ValueError(f"{path} holds no moving average of the weights to resume")
+        ema.load_state_dict(saved["ema"])
     return TrainState(**saved["state"])
 
 

@@ -45,12 +45,13 @@ class VideoDiTRecipe:
             "sample_size": 16,
         }
     )
-    steps: int = 8000
+    steps: int = 32000
     batch_size: int = 16
     lr: float = 1e-3
     warmup: int = 100
+    ema: float = 0.999  #: the exported weights are this moving average (DiT practice)
     attention_modes: tuple[str, ...] = ("full", "moga", "local")
-    cpu_minutes: float = 25.0
+    cpu_minutes: float = 130.0
     seed: int = 0
     checkpoint_every: int = 50
     eval_clips_per_class: int = 5
@@ -187,7 +188,15 @@ def train_dit(
     import torch
 
     from mlcore.video.dit import VideoDiT
-    from mlcore.video.pipeline import TrainConfig, heldout_loss, load_state, make_optimiser, save_state, train
+    from mlcore.video.pipeline import (
+        TrainConfig,
+        heldout_loss,
+        load_state,
+        make_ema,
+        make_optimiser,
+        save_state,
+        train,
+    )
 
     workdir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(recipe.seed)
@@ -199,10 +208,12 @@ def train_dit(
         warmup=recipe.warmup,
         attention_modes=recipe.attention_modes,
         seed=recipe.seed,
+        ema=recipe.ema,
     )
     optimiser = make_optimiser(model, config)
+    ema = make_ema(model, config)
     state_path = workdir / "state.pt"
-    state = load_state(state_path, model, optimiser) if state_path.exists() else None
+    state = load_state(state_path, model, optimiser, ema) if state_path.exists() else None
     budget = 60 * (recipe.cpu_minutes if cpu_minutes is None else cpu_minutes)
     log_path = workdir / "train_log.jsonl"
 
@@ -218,12 +229,20 @@ def train_dit(
             with log_path.open("a") as log:
                 log.write(json.dumps(entry) + "\n")
             print(json.dumps(entry), flush=True)
-            save_state(state_path, model, optimiser, state, config)
+            save_state(state_path, model, optimiser, state, config, ema)
 
     state = train(
-        model, config, state=state, optimiser=optimiser, on_step=on_step, should_stop=lambda s: s.cpu_seconds >= budget
+        model,
+        config,
+        state=state,
+        optimiser=optimiser,
+        on_step=on_step,
+        should_stop=lambda s: s.cpu_seconds >= budget,
+        ema=ema,
     )
-    save_state(state_path, model, optimiser, state, config)
+    save_state(state_path, model, optimiser, state, config, ema)
+    if ema is not None:
+        model.load_state_dict(ema.module.state_dict())
     judge = load_judge()
     metrics: dict[str, Any] = {"steps": state.step, "cpu_seconds": round(state.cpu_seconds, 1)}
     for mode in ("full", "moga", "local"):

@@ -4,7 +4,16 @@ import torch
 
 from mlcore.jobs.spec import JobCancelled
 from mlcore.video.metrics import frechet_distance
-from mlcore.video.pipeline import TrainConfig, generate, heldout_loss, load_state, make_optimiser, save_state, train
+from mlcore.video.pipeline import (
+    TrainConfig,
+    generate,
+    heldout_loss,
+    load_state,
+    make_ema,
+    make_optimiser,
+    save_state,
+    train,
+)
 
 
 def test_a_few_rectified_flow_steps_lower_the_held_out_loss(tiny_dit):
@@ -32,6 +41,34 @@ def test_training_resumes_from_a_saved_state_exactly(tiny_dit, tmp_path):
     train(again, config, state=state, optimiser=optimiser)
     for a, b in zip(straight.parameters(), again.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_the_moving_average_of_the_weights_trails_them_and_resumes_exactly(tiny_dit, tmp_path):
+    config = TrainConfig(steps=6, batch_size=4, frames=2, size=8, ema=0.5)
+    assert make_ema(tiny_dit(), TrainConfig()) is None
+    straight = tiny_dit()
+    start = [p.detach().clone() for p in straight.parameters()]
+    ema = make_ema(straight, config)
+    train(straight, config, ema=ema)
+    moved = [
+        (a, s, p) for a, s, p in zip(ema.module.parameters(), start, straight.parameters()) if not torch.equal(s, p)
+    ]
+    # Every weight training moved has an average that is neither where it started nor where it ended.
+    assert moved and all(not torch.equal(a, s) and not torch.equal(a, p) for a, s, p in moved)
+
+    resumed = tiny_dit()
+    optimiser, resumed_ema = make_optimiser(resumed, config), make_ema(resumed, config)
+    state = train(resumed, config, optimiser=optimiser, ema=resumed_ema, should_stop=lambda s: s.step >= 3)
+    save_state(tmp_path / "state.pt", resumed, optimiser, state, config, resumed_ema)
+    again = tiny_dit()
+    optimiser, again_ema = make_optimiser(again, config), make_ema(again, config)
+    state = load_state(tmp_path / "state.pt", again, optimiser, again_ema)
+    train(again, config, state=state, optimiser=optimiser, ema=again_ema)
+    for a, b in zip(ema.module.parameters(), again_ema.module.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    with pytest.raises(ValueError, match="no moving average"):
+        save_state(tmp_path / "plain.pt", again, optimiser, state, config)
+        load_state(tmp_path / "plain.pt", tiny_dit(), make_optimiser(tiny_dit(), config), make_ema(tiny_dit(), config))
 
 
 def test_sampling_is_deterministic_per_seed_and_guidance_changes_it(tiny_dit):
