@@ -10,7 +10,13 @@ datasets E (128-beam LiDAR, taller mount) and F (larger rooms, noisier camera):
 - ``dense-params``: W_o → one gated MLP of width 4C — the same total parameters as 4 experts;
 - ``moe-proj``: Point-MoE, W_o → 4 gated-ReLU experts of width C, top-2, α = 0 (the paper's placement);
 - ``moe-ffn``: Point-MoE on the FFN instead (W_o as in ``dense-active``), equal active compute;
-- ``moe-proj-single`` / ``dense-active-single``: the same, trained with single-dataset batches.
+- ``moe-proj-single`` / ``dense-active-single``: the same, trained with single-dataset batches;
+- ``moe-proj-a1e-3`` / ``moe-proj-a1e-2``: Point-MoE with balance weight α = 10⁻³ (the released config)
+  and 10⁻² (the card's α ablation);
+- ``ppt-active``: the PPT-like oracle — ``dense-active`` whose block norms take per-dataset affine
+  parameters chosen by dataset id (zero-shot E and F borrow C's and A's: same scene kind);
+- ``moe-proj-bn`` / ``dense-active-bn``: BatchNorm instead of LayerNorm in the blocks (the card's
+  norm ablation), whose running statistics overflow on outdoor scans.
 
 Reported: per-dataset and zero-shot mIoU (mean ± std over seeds), expert usage by dataset (share of
 points per top-1 expert, first and last MoE layer), inference points/s and peak memory (RSS of a fresh
@@ -43,6 +49,18 @@ MODELS: dict[str, dict[str, Any]] = {
     "moe-ffn": {"proj": "dense", "proj_ratio": 2.0, "ffn": "moe", "experts": 4, "top_k": 2},
 }
 
+#: configuration → (PTv3Config arguments, TrainConfig overrides)
+CONFIGS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    **{name: (model, {}) for name, model in MODELS.items()},
+    "moe-proj-single": (MODELS["moe-proj"], {"mixed": False}),
+    "dense-active-single": (MODELS["dense-active"], {"mixed": False}),
+    "moe-proj-a1e-3": (MODELS["moe-proj"], {"balance": 1e-3}),
+    "moe-proj-a1e-2": (MODELS["moe-proj"], {"balance": 1e-2}),
+    "ppt-active": ({**MODELS["dense-active"], "domains": SEEN}, {}),
+    "moe-proj-bn": ({**MODELS["moe-proj"], "block_norm": "batch"}, {}),
+    "dense-active-bn": ({**MODELS["dense-active"], "block_norm": "batch"}, {}),
+}
+
 
 @dataclass(frozen=True)
 class Tier:
@@ -60,7 +78,19 @@ class Tier:
 TIERS = {
     "quick": Tier(("dense-active", "moe-proj"), 1, 25, 2, 1024, 3, 1, (100_000,)),
     "full": Tier(
-        ("dense-active", "dense-params", "moe-proj", "moe-ffn", "moe-proj-single", "dense-active-single"),
+        (
+            "dense-active",
+            "dense-params",
+            "moe-proj",
+            "moe-ffn",
+            "moe-proj-single",
+            "dense-active-single",
+            "moe-proj-a1e-3",
+            "moe-proj-a1e-2",
+            "ppt-active",
+            "moe-proj-bn",
+            "dense-active-bn",
+        ),
         3,
         150,
         4,
@@ -70,12 +100,11 @@ TIERS = {
         (100_000, 1_000_000),
         10_000_000,
     ),
+    # The method card's scale for a null result (section 4: ~150 training and 30 validation scenes
+    # per dataset, thousands of steps): Point-MoE, its dense twin and the PPT-like oracle, 10x the
+    # full tier's steps. ``python -m mlcore.bench.pointcloud --tier card --only moe-proj:0 ...``
+    "card": Tier(("dense-active", "moe-proj", "ppt-active"), 3, 1500, 4, 2048, 150, 30, ()),
 }
-
-
-def _model_of(config: str) -> tuple[dict[str, Any], bool]:
-    single = config.endswith("-single")
-    return MODELS[config.removesuffix("-single")], not single
 
 
 #: Zoo recipes whose training run is exactly a full-tier configuration at seed 0 (same TrainConfig,
@@ -130,15 +159,15 @@ def run_config(config: str, seed: int, tier: Tier, tier_name: str) -> dict[str, 
         return zoo
     if os.environ.get("MOELAB_BENCH_CACHED_ONLY") == "1":
         return None
-    model_args, mixed = _model_of(config)
+    model_args, overrides = CONFIGS[config]
     cfg = TrainConfig(
         datasets=SEEN,
         steps=tier.steps,
         batch_size=tier.batch_size,
         points=tier.points,
         scenes=tier.scenes,
-        mixed=mixed,
         seed=seed,
+        **overrides,
     )
     torch.manual_seed(seed)
     model = PTv3(PTv3Config(**model_args))
@@ -385,20 +414,23 @@ def throughput_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def nonfinite_lines(runs: list[dict[str, Any]]) -> list[str]:
-    """Share of evaluation points whose logits were not finite, for runs that recorded it."""
-    rows = [r for r in runs if r.get("nonfinite")]
+    """Share of evaluation points whose logits were not finite, for the runs where some were."""
+    recorded = [r for r in runs if r.get("nonfinite")]
+    rows = [r for r in recorded if any(v > 0 for v in r["nonfinite"].values())]
     if not rows:
         return []
     names = (*SEEN, *ZERO_SHOT)
+    clean = sorted({r["config"] for r in recorded} - {r["config"] for r in rows})
     lines = [
         "## Non-finite logits in evaluation",
         "",
         "Share of evaluation points whose logits overflowed to inf/NaN (their prediction is arbitrary, and it "
-        "counts in the mIoU above). Runs cached before this was recorded are not listed. The overflow comes from "
-        "eval-mode BatchNorm: tokens its running statistics under-normalise grow quadratically through each "
-        "gated-MLP FFN; with each scan's own batch statistics no point overflows (docs/point-moe.md). Until the "
-        "model is fixed and every configuration retrained, the outdoor columns (C, D, E) compare numerical "
-        "failure rates as much as segmentation quality.",
+        f"counts in the mIoU above). {len(recorded) - len(rows)} of the {len(recorded)} runs that recorded it had "
+        f"none ({', '.join(f'`{c}`' for c in clean) or 'no configuration'} never overflowed); the others are "
+        "listed. The overflow comes from BatchNorm blocks in eval mode: tokens the running statistics "
+        "under-normalise grow quadratically through each gated-MLP FFN (docs/point-moe.md); a LayerNorm bounds "
+        "every token before each MLP. Where a row shows overflow, its outdoor mIoU (C, D, E) measures numerical "
+        "failure as much as segmentation quality.",
         "",
         "| configuration (seed) | " + " | ".join(names) + " |",
         "|---" * (len(names) + 1) + "|",
@@ -410,15 +442,41 @@ def nonfinite_lines(runs: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
-def run(tier: str, results: Path) -> None:
+def _runs(tier: str) -> list[dict[str, Any]]:
     spec = TIERS[tier]
-    start = time.perf_counter()
     runs = []
     for seed in range(spec.seeds):
         for config in spec.configs:
-            print(f"[pointcloud] {config} seed {seed}", flush=True)
+            print(f"[pointcloud] {tier} {config} seed {seed}", flush=True)
             if (done := run_config(config, seed, spec, tier)) is not None:
                 runs.append(done)
+    return runs
+
+
+def card_lines(runs: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
+    """The section on the runs at the method card's scale (the ``card`` tier)."""
+    spec = TIERS["card"]
+    lines, table = summarise(runs, spec.configs)
+    return [
+        "## At the method card's scale",
+        "",
+        f"The card asks for ~150 training and 30 validation scenes per dataset and thousands of steps before a null "
+        f"result counts. Tier **card**: {spec.steps} steps of {spec.batch_size} crops × {spec.points} points, "
+        f"{spec.scenes} training scans per dataset, {spec.eval_scenes} validation scans per dataset, up to "
+        f"{spec.seeds} seeds (`python -m mlcore.bench.pointcloud --tier card --only CONFIG:SEED`).",
+        "",
+        *lines,
+        "",
+    ], table
+
+
+def run(tier: str, results: Path) -> None:
+    spec = TIERS[tier]
+    start = time.perf_counter()
+    runs = _runs(tier)
+    # The full study includes the card-scale runs (cached; ``--report`` lists the finished ones).
+    card = _runs("card") if tier == "full" else []
+    card_md, card_table = card_lines(card) if card else ([], {})
     speed = [s for n in spec.throughput if (s := throughput(n)) is not None]
     huge = throughput(spec.huge, chunk=150_000, compare=False) if spec.huge else None
     lines, table = summarise(runs, spec.configs)
@@ -435,7 +493,11 @@ def run(tier: str, results: Path) -> None:
         "Configurations: `dense-active` = W_o as one gated MLP of width 2C (= active compute of top-2 of 4 experts of "
         "width C); `dense-params` = width 4C (= total parameters of 4 experts); `moe-proj` = Point-MoE on W_o "
         "(4 experts, top-2, α = 0); `moe-ffn` = Point-MoE on the FFN; `-single` = single-dataset batches instead of "
-        "mixed ones.",
+        "mixed ones; `moe-proj-a1e-3` / `-a1e-2` = balance weight α = 10⁻³ (the released config) / 10⁻²; "
+        "`ppt-active` = the PPT-like oracle: `dense-active` with per-dataset block-norm parameters chosen by the "
+        "dataset id (E and F, never seen, use C's and A's: the first seen dataset of their scene kind); `-bn` = "
+        "BatchNorm instead of LayerNorm in the blocks (the card's norm choice; trained before the switch, see the "
+        "non-finite section). Every model has LayerNorm blocks unless it says `-bn`.",
         "",
         "## Expert usage by dataset",
         "",
@@ -444,6 +506,7 @@ def run(tier: str, results: Path) -> None:
         "",
         *usage_lines([r for r in runs if r["seed"] == 0]),
         "",
+        *card_md,
         *throughput_lines(speed + ([huge] if huge else [])),
         *nonfinite_lines(runs),
     ]
@@ -451,6 +514,7 @@ def run(tier: str, results: Path) -> None:
         "tier": asdict(spec),
         "runs": runs,
         "table": table,
+        "card": {"tier": asdict(TIERS["card"]), "runs": card, "table": card_table},
         "throughput": speed,
         "huge": huge,
         "seconds": round(time.perf_counter() - start, 1),

@@ -271,7 +271,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         ctx.log(
             f"warning: the model's logits overflowed (inf/NaN) on {result.nonfinite:,} of {result.voxels:,} voxels "
             f"({metrics['nonfinite_voxel_share']:.1%}); their labels are not predictions. This scan is far from "
-            "the statistics the model's BatchNorms were trained on."
+            "the statistics the model's BatchNorm blocks were trained on: a model with LayerNorm blocks does not "
+            "overflow."
         )
     for row in count_rows:
         metrics[f"count_{row['class']}"] = float(row["points"])

@@ -50,7 +50,7 @@ spec = JobSpec(
     name="pointcloud-train",
     title="Train a point-cloud segmenter (dense or Point-MoE)",
     summary="Joint multi-sensor training on procedural rooms and streets; seen and zero-shot mIoU, expert usage.",
-    version=1,
+    version=2,
     queue="gpu",
     soft_time_limit=6 * 3600,
     time_limit=6 * 3600 + 300,
@@ -60,6 +60,14 @@ spec = JobSpec(
             default="moe-proj",
             options=ARCHITECTURES,
             help="Point-MoE on the attention output projection (the paper), on the FFN, or the dense twin.",
+        ),
+        Choice(
+            name="block_norm",
+            label="Block norm",
+            default="layer",
+            options=("layer", "batch"),
+            help="The blocks' pre-norm: LayerNorm (PTv3) or BatchNorm (the paper's ablation; its running "
+            "statistics can overflow on scans unlike the training crops).",
         ),
         Int(name="experts", default=4, min=2, max=16, help="Experts per MoE layer (the paper: 4 for S, 8 for L)."),
         Int(name="top_k", label="Top-k", default=2, min=1, max=8, help="Experts each point is routed to."),
@@ -140,17 +148,12 @@ def usage_chart(usage: dict[str, list[list[float]]]) -> dict[str, Any]:
 
 
 def model_config(p: dict[str, Any]) -> dict[str, Any]:
+    shared = {"experts": p["experts"], "top_k": p["top_k"], "block_norm": p["block_norm"]}
     if p["architecture"] == "dense":
-        return {"proj": "dense", "proj_ratio": float(p["top_k"]), "experts": p["experts"], "top_k": p["top_k"]}
+        return {"proj": "dense", "proj_ratio": float(p["top_k"]), **shared}
     if p["architecture"] == "moe-ffn":
-        return {
-            "proj": "dense",
-            "proj_ratio": float(p["top_k"]),
-            "ffn": "moe",
-            "experts": p["experts"],
-            "top_k": p["top_k"],
-        }
-    return {"proj": "moe", "proj_ratio": 1.0, "experts": p["experts"], "top_k": p["top_k"]}
+        return {"proj": "dense", "proj_ratio": float(p["top_k"]), "ffn": "moe", **shared}
+    return {"proj": "moe", "proj_ratio": 1.0, **shared}
 
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:

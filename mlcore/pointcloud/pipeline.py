@@ -86,14 +86,33 @@ def prepare(
     return Sample(coord, feat, scan.labels[sel].astype(np.int64), allowed, spec.name), where[inverse]
 
 
-def collate(samples: Sequence[Sample], device: torch.device | str = "cpu") -> tuple[PointBatch, Tensor, Tensor]:
-    """(points, labels [N], allowed [N, K]) for a list of samples."""
+def domain_index(name: str, domains: Sequence[str]) -> int:
+    """A PPT-style model's norm for dataset ``name``: its own if it was trained on it, else (zero-shot)
+    that of the first training dataset of the same kind of scene (indoor / outdoor)."""
+    if name in domains:
+        return list(domains).index(name)
+    kind = get_dataset(name).kind
+    for i, seen in enumerate(domains):
+        if get_dataset(seen).kind == kind:
+            return i
+    raise ValueError(f"the model was trained on no {kind} dataset, so it has no norm for {name}")
+
+
+def collate(
+    samples: Sequence[Sample], device: torch.device | str = "cpu", *, domains: Sequence[str] = ()
+) -> tuple[PointBatch, Tensor, Tensor]:
+    """(points, labels [N], allowed [N, K]) for a list of samples; ``domains``: a PPT-style model's
+    datasets, whose index each sample then carries (:func:`domain_index`)."""
     coord = torch.from_numpy(np.concatenate([s.coord for s in samples]))
     feat = torch.from_numpy(np.concatenate([s.feat for s in samples]))
     batch = torch.repeat_interleave(torch.arange(len(samples)), torch.tensor([len(s.coord) for s in samples]))
     labels = torch.from_numpy(np.concatenate([s.labels for s in samples]))
     allowed = torch.from_numpy(np.stack([s.allowed for s in samples]))[batch]
-    return PointBatch(coord.to(device), feat.to(device), batch.to(device)), labels.to(device), allowed.to(device)
+    domain = torch.tensor([domain_index(s.dataset, domains) for s in samples]) if domains else None
+    points = PointBatch(
+        coord.to(device), feat.to(device), batch.to(device), None if domain is None else domain.to(device)
+    )
+    return points, labels.to(device), allowed.to(device)
 
 
 @dataclass(frozen=True)
@@ -196,7 +215,9 @@ def train(
             names = [cfg.datasets[i] for i in rng.integers(len(cfg.datasets), size=cfg.batch_size)]
         else:
             names = [cfg.datasets[step % len(cfg.datasets)]] * cfg.batch_size
-        points, labels, allowed = collate([pool.draw(n, rng, cfg.points) for n in names], device)
+        points, labels, allowed = collate(
+            [pool.draw(n, rng, cfg.points) for n in names], device, domains=model.cfg.domains
+        )
         logits = model(points)
         loss = segmentation_loss(logits, labels, allowed)
         balance = model.balance_loss() if model.cfg.is_moe else torch.zeros((), device=logits.device)
@@ -240,7 +261,7 @@ def _scan_prediction(
     top-1 expert, and whether its logits were all finite."""
     model.eval()
     sample, where = prepare(scan, spec, points=None, rng=None, augment=False)
-    points, _, allowed = collate([sample], device)
+    points, _, allowed = collate([sample], device, domains=model.cfg.domains)
     logits = model(points)
     pred = restrict_logits(logits, allowed).argmax(-1).cpu().numpy()[where]
     routing = [r.cpu().numpy()[where] for r in model.point_routing()] if model.cfg.is_moe else []

@@ -12,7 +12,14 @@ What is kept from PTv3 (method card, section 2):
 - **Grid pooling / unpooling.** Stage s+1 keeps one token per occupied voxel of twice the size
   (max-pooled projected features, mean coordinates); the decoder adds the coarse features back to
   the skip features through the pooling's inverse map.
-- **BatchNorm** everywhere (the card's ablation prefers it), pre-norm residual blocks.
+- **Normalisation** as in PTv3: BatchNorm in the embedding, pooling, unpooling and head; LayerNorm in
+  the pre-norm residual blocks. The card says Point-MoE's ablation prefers BatchNorm in the blocks
+  too (``block_norm="batch"``), but here it fails at inference: with running statistics, tokens they
+  under-normalise are squared by every gated-ReLU MLP and overflow to inf on 2–28% of outdoor points
+  (docs/point-moe.md). A LayerNorm bounds every token before each MLP, whatever the scan.
+- **PPT's point-prompt normalisation** (Wu et al., "Towards Large-scale 3D Representation Learning
+  with Multi-dataset Point Prompt Training", CVPR 2024), the card's oracle baseline: with
+  ``domains`` set, each block norm takes the γ, β of the token's dataset (:class:`DomainLayerNorm`).
 
 What changes: the sparse-convolution xCPE is replaced by a positional MLP of each point's offset
 from its patch centroid (no spconv), and no drop-path (tiny models, short schedules).
@@ -127,6 +134,9 @@ class PTv3Config:
     experts: int = 4
     top_k: int = 2
     embed_dim: int = 32  #: width of the cosine label head
+    block_norm: str = "layer"  #: the blocks' pre-norms: "layer" (PTv3) or "batch" (the card's ablation)
+    #: PPT-style oracle: one set of block-norm affine parameters per dataset, chosen by dataset id.
+    domains: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.depths) != len(self.channels) or len(self.dec_depths) != len(self.channels) - 1:
@@ -137,6 +147,10 @@ class PTv3Config:
             raise ValueError(f"every stage width must be a multiple of head_dim={self.head_dim}")
         if not 1 <= self.top_k <= self.experts:
             raise ValueError(f"top_k must be between 1 and experts={self.experts}")
+        if self.block_norm not in ("layer", "batch"):
+            raise ValueError(f"block_norm must be layer|batch, got {self.block_norm!r}")
+        if self.domains and self.block_norm != "layer":
+            raise ValueError("per-dataset norms (domains) need block_norm='layer'")
 
     @property
     def is_moe(self) -> bool:
@@ -147,6 +161,8 @@ class PTv3Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PTv3Config:
+        # Configurations saved before block_norm existed describe BatchNorm blocks.
+        data = {"block_norm": "batch", **data}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
@@ -157,6 +173,8 @@ class PointBatch:
     coord: Tensor  #: [N, 3] float, in voxel units (xyz / grid), per sample shifted to start at 0
     feat: Tensor  #: [N, F] float
     batch: Tensor  #: [N] int64 sample index, non-decreasing
+    #: [samples] int64 index into the model's ``domains`` per sample (PPT-style models only)
+    domain: Tensor | None = None
 
     @property
     def grid(self) -> Tensor:
@@ -264,15 +282,41 @@ def _norm_act(dim: int) -> nn.Sequential:
     return nn.Sequential(nn.BatchNorm1d(dim), nn.GELU())
 
 
+class DomainLayerNorm(nn.Module):
+    """PPT's point-prompt normalisation (PDNorm) in its decoupled, non-adaptive form: a LayerNorm
+    whose affine parameters γ_d, β_d belong to the token's dataset d — the dataset id is an input."""
+
+    def __init__(self, dim: int, domains: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(domains, dim))
+        self.bias = nn.Parameter(torch.zeros(domains, dim))
+
+    def forward(self, x: Tensor, domain: Tensor | None) -> Tensor:
+        if domain is None:
+            raise ValueError("this model normalises per dataset (PPT): every sample needs its dataset id")
+        return torch.addcmul(self.bias[domain], F.layer_norm(x, x.shape[-1:]), self.weight[domain])
+
+
+def _block_norm(dim: int, cfg: PTv3Config) -> nn.Module:
+    if cfg.domains:
+        return DomainLayerNorm(dim, len(cfg.domains))
+    return nn.LayerNorm(dim) if cfg.block_norm == "layer" else nn.BatchNorm1d(dim)
+
+
+def _normalise(norm: nn.Module, x: Tensor, domain: Tensor | None) -> Tensor:
+    return norm(x, domain) if isinstance(norm, DomainLayerNorm) else norm(x)
+
+
 class Block(nn.Module):
-    """Pre-norm: x += PE(offset from patch centroid); x += W_o·Attn(BN(x)); x += FFN(BN(x))."""
+    """Pre-norm: x += PE(offset from patch centroid); x += W_o·Attn(N(x)); x += FFN(N(x)), N the
+    block norm (LayerNorm, BatchNorm or PPT's per-dataset LayerNorm)."""
 
     def __init__(self, dim: int, cfg: PTv3Config, *, transpose: bool) -> None:
         super().__init__()
         self.heads = dim // cfg.head_dim
         self.transpose = transpose
         self.pos = nn.Sequential(nn.Linear(3, dim), nn.GELU(), nn.Linear(dim, dim))
-        self.norm1 = nn.BatchNorm1d(dim)
+        self.norm1 = _block_norm(dim, cfg)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj: nn.Module
         if cfg.proj == "moe":
@@ -281,45 +325,54 @@ class Block(nn.Module):
             self.proj = GatedMLP(dim, max(1, round(cfg.proj_ratio * dim)))
         else:
             self.proj = nn.Linear(dim, dim)
-        self.norm2 = nn.BatchNorm1d(dim)
+        self.norm2 = _block_norm(dim, cfg)
         self.ffn: nn.Module
         if cfg.ffn == "moe":
             self.ffn = RoutedProjection(dim, max(1, round(cfg.ffn_ratio * dim / cfg.top_k)), cfg.experts, cfg.top_k)
         else:
             self.ffn = GatedMLP(dim, max(1, round(cfg.ffn_ratio * dim)))
 
-    def forward(self, x: Tensor, coord: Tensor, patches: Patches) -> Tensor:
+    def forward(self, x: Tensor, coord: Tensor, patches: Patches, domain: Tensor | None = None) -> Tensor:
+        """``domain``: [tokens] dataset index, for PPT-style per-dataset norms."""
         if _fused(self, self.norm1, self.norm2):
-            return self._forward_inference(x, coord, patches)
+            return self._forward_inference(x, coord, patches, domain)
         p = patches.patch
         idx = patches.index
         slots = coord[idx].view(-1, p, 3)
         offset = slots - slots.mean(dim=1, keepdim=True)
-        h = self.norm1(x)[idx].view(-1, p, x.shape[-1]) + self.pos(offset / p**0.5)
+        h = _normalise(self.norm1, x, domain)[idx].view(-1, p, x.shape[-1]) + self.pos(offset / p**0.5)
         q, k, v = self.qkv(h).view(h.shape[0], p, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
         a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(-1, x.shape[-1])
         x = x + self.proj(a[patches.slot_of])
-        return x + self.ffn(self.norm2(x))
+        return x + self.ffn(_normalise(self.norm2, x, domain))
 
-    def _forward_inference(self, x: Tensor, coord: Tensor, patches: Patches) -> Tensor:
+    def _forward_inference(self, x: Tensor, coord: Tensor, patches: Patches, domain: Tensor | None) -> Tensor:
         """:meth:`forward` in eval mode without autograd, the same function computed with fewer
-        passes over memory: each BatchNorm folded into the linear layer that reads it (or into the
-        positional bias), GELU/ReLU fused into the matmuls (:func:`fused_linear`)."""
+        passes over memory: BatchNorms (and a LayerNorm's affine map) folded into the linear layer
+        that reads them (or into the positional bias), GELU/ReLU fused into the matmuls
+        (:func:`fused_linear`)."""
         p, idx, dim = patches.patch, patches.index, x.shape[-1]
         slots = coord[idx].view(-1, p, 3)
         offset = ((slots - slots.mean(dim=1, keepdim=True)) / p**0.5).view(-1, 3)
         pos_in, pos_out = self.pos[0], self.pos[2]
-        scale, shift = bn_affine(self.norm1)
-        # BN(x) + the positional MLP's output bias, per token, gathered to the slots.
+        # N(x) + the positional MLP's output bias, per token, gathered to the slots.
         h = fused_linear(fused_linear(offset, pos_in.weight, pos_in.bias, "gelu"), pos_out.weight)
-        h += torch.addcmul(shift + pos_out.bias, x, scale)[idx]
+        if isinstance(self.norm1, nn.BatchNorm1d):
+            scale, shift = bn_affine(self.norm1)
+            h += torch.addcmul(shift + pos_out.bias, x, scale)[idx]
+        else:
+            h += (_normalise(self.norm1, x, domain) + pos_out.bias)[idx]
         qkv = fused_linear(h, self.qkv.weight, self.qkv.bias)
         q, k, v = qkv.view(-1, p, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
         a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(-1, dim)
         x = x + _apply_inference(self.proj, a[patches.slot_of])
-        if isinstance(self.ffn, GatedMLP):
+        if not isinstance(self.ffn, GatedMLP):
+            return x + self.ffn(_normalise(self.norm2, x, domain))
+        if isinstance(self.norm2, nn.BatchNorm1d):
             return x + self.ffn.inference(x, *bn_affine(self.norm2))
-        return x + self.ffn(self.norm2(x))
+        if isinstance(self.norm2, nn.LayerNorm):
+            return x + self.ffn.inference(F.layer_norm(x, (dim,)), self.norm2.weight, self.norm2.bias)
+        return x + self.ffn.inference(_normalise(self.norm2, x, domain))
 
 
 @dataclass
@@ -419,8 +472,14 @@ class PTv3(nn.Module):
 
     def features(self, points: PointBatch) -> Tensor:
         """[N, C0] per-point features after the decoder."""
+        if self.cfg.domains and points.domain is None:
+            raise ValueError("this model normalises per dataset (PPT): every sample needs its dataset id")
         level = Level(coord=points.coord, batch=points.batch)
         levels = [level]
+
+        def domain(s: int) -> Tensor | None:
+            return None if points.domain is None or not self.cfg.domains else points.domain[levels[s].batch]
+
         x = linear_bn_act(self.embed, points.feat)
         skips: list[Tensor] = []
         for s, blocks in enumerate(self.encoder):
@@ -432,7 +491,7 @@ class PTv3(nn.Module):
                 x = linear_bn_act(self.down[s - 1], x)
                 levels.append(new)
             for b, patches in zip(blocks, self._patches(levels[s], blocks), strict=True):
-                x = b(x, levels[s].coord, patches)
+                x = b(x, levels[s].coord, patches, domain(s))
             skips.append(x)
         # Map stage-0 points to the token they fall in at each stage (for expert-usage statistics).
         to_points = [torch.arange(len(points.coord), device=x.device)]
@@ -446,7 +505,7 @@ class PTv3(nn.Module):
             assert inverse is not None
             x = linear_bn_act(self.up_coarse[i], x)[inverse] + linear_bn_act(self.up_skip[i], skips[s])
             for b, patches in zip(blocks, self._patches(levels[s], blocks), strict=True):
-                x = b(x, levels[s].coord, patches)
+                x = b(x, levels[s].coord, patches, domain(s))
         return x
 
     def forward(self, points: PointBatch) -> Tensor:

@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from mlcore.jobs import InMemoryContext, ValidationError
 from mlcore.jobs.references import LocalResolver
@@ -39,6 +40,19 @@ def test_the_dense_twin_trains_with_single_dataset_batches_and_has_no_usage_char
     assert "expert_usage" not in ctx.charts and "balance_loss" not in ctx.metrics.series
     assert ctx.metrics.scalars["active_parameters"] == ctx.metrics.scalars["parameters"]
     assert any("single-dataset batches" in line for line in ctx.lines)
+    (registration,) = ctx.registrations
+    block = load_segmenter(registration.path)[0].encoder[0][0]
+    assert isinstance(block.norm1, torch.nn.LayerNorm)
+
+
+def test_the_papers_batchnorm_blocks_can_be_chosen_and_load_back_as_such():
+    outcome, ctx = run(
+        {"architecture": "moe-proj", "block_norm": "batch", "datasets": "A", "steps": 2, "eval_every": 0}
+    )
+    assert outcome.status == "succeeded", outcome.traceback
+    (registration,) = ctx.registrations
+    block = load_segmenter(registration.path)[0].encoder[0][0]
+    assert isinstance(block.norm1, torch.nn.BatchNorm1d) and isinstance(block.norm2, torch.nn.BatchNorm1d)
 
 
 def test_top_k_above_the_expert_count_is_refused():

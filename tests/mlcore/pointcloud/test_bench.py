@@ -53,12 +53,14 @@ def test_the_throughput_table_reports_cpu_time_speed_up_and_peak_memory():
     assert "1.0%" in table[0]
 
 
-def test_non_finite_shares_are_listed_only_for_runs_that_recorded_them():
+def test_non_finite_shares_are_listed_only_for_runs_that_overflowed():
     runs = [
-        {"config": "moe-proj", "seed": 0, "nonfinite": dict.fromkeys("ABCDEF", 0.0) | {"D": 0.25}},
+        {"config": "moe-proj-bn", "seed": 0, "nonfinite": dict.fromkeys("ABCDEF", 0.0) | {"D": 0.25}},
+        {"config": "moe-proj", "seed": 0, "nonfinite": dict.fromkeys("ABCDEF", 0.0)},
         {"config": "dense-active", "seed": 0},
     ]
     lines = bench.nonfinite_lines(runs)
     rows = [line for line in lines if line.startswith("| moe") or line.startswith("| dense")]
-    assert rows == ["| moe-proj (s0) | 0.0% | 0.0% | 0.0% | 25.0% | 0.0% | 0.0% |"]
-    assert bench.nonfinite_lines([runs[1]]) == []
+    assert rows == ["| moe-proj-bn (s0) | 0.0% | 0.0% | 0.0% | 25.0% | 0.0% | 0.0% |"]
+    assert "1 of the 2 runs that recorded it had none (`moe-proj` never overflowed)" in "\n".join(lines)
+    assert bench.nonfinite_lines(runs[1:]) == []

@@ -1,20 +1,21 @@
-"""The fused inference path (BatchNorm folded into linear layers, activations fused into oneDNN
-matmuls) computes the same function as the readable training path it replaces at inference."""
+"""The fused inference path (BatchNorm and LayerNorm affine maps folded into linear layers,
+activations fused into oneDNN matmuls) computes the same function as the readable training path it
+replaces at inference."""
 
 import numpy as np
 import pytest
 import torch
 
 from mlcore.pointcloud.datasets import make_scan
-from mlcore.pointcloud.ptv3 import PointBatch, PTv3, PTv3Config, fused_linear, reference_inference
+from mlcore.pointcloud.ptv3 import DomainLayerNorm, PointBatch, PTv3, PTv3Config, fused_linear, reference_inference
 from mlcore.pointcloud.segment import segment_cloud
 
 TINY = {"channels": (16, 32), "depths": (1, 1), "dec_depths": (1,), "patch": 16, "embed_dim": 8}
 
 
 def trained_looking(cfg: PTv3Config, seed: int = 0) -> PTv3:
-    """An eval-mode model whose BatchNorms hold non-trivial statistics and affine parameters, so
-    folding them is actually exercised (fresh ones are the identity)."""
+    """An eval-mode model whose norms hold non-trivial statistics and affine parameters, so folding
+    them is actually exercised (fresh ones are the identity)."""
     torch.manual_seed(seed)
     model = PTv3(cfg)
     g = torch.Generator().manual_seed(seed + 1)
@@ -25,13 +26,17 @@ def trained_looking(cfg: PTv3Config, seed: int = 0) -> PTv3:
             m.running_var.copy_(torch.rand(n, generator=g) + 0.5)
             m.weight.data.copy_(torch.rand(n, generator=g) * 0.5 + 0.5)
             m.bias.data.copy_(torch.randn(n, generator=g) * 0.1)
+        if isinstance(m, torch.nn.LayerNorm | DomainLayerNorm):
+            m.weight.data.copy_(torch.rand(m.weight.shape, generator=g) * 0.5 + 0.5)
+            m.bias.data.copy_(torch.randn(m.bias.shape, generator=g) * 0.1)
     return model.eval()
 
 
 def cloud(n: int, samples: int = 1, seed: int = 0) -> PointBatch:
     g = torch.Generator().manual_seed(seed)
     coord = torch.rand(n, 3, generator=g) * torch.tensor([30.0, 30.0, 8.0])
-    return PointBatch(coord, torch.rand(n, 5, generator=g), torch.arange(samples).repeat_interleave(n // samples))
+    batch = torch.arange(samples).repeat_interleave(n // samples)
+    return PointBatch(coord, torch.rand(n, 5, generator=g), batch, domain=torch.arange(samples) % 2)
 
 
 @pytest.mark.parametrize(
@@ -41,8 +46,11 @@ def cloud(n: int, samples: int = 1, seed: int = 0) -> PointBatch:
         {"proj": "dense", "proj_ratio": 2.0},
         {"proj": "linear"},
         {"proj": "dense", "proj_ratio": 2.0, "ffn": "moe"},
+        {"proj": "moe", "block_norm": "batch"},
+        {"proj": "dense", "proj_ratio": 2.0, "block_norm": "batch"},
+        {"proj": "dense", "proj_ratio": 2.0, "domains": ("A", "C")},
     ],
-    ids=["moe-proj", "dense-proj", "linear-proj", "moe-ffn"],
+    ids=["moe-proj", "dense-proj", "linear-proj", "moe-ffn", "moe-proj-bn", "dense-proj-bn", "ppt"],
 )
 def test_fused_inference_gives_the_logits_and_routing_of_the_training_path(variant):
     model = trained_looking(PTv3Config(**variant, **TINY))

@@ -1,6 +1,9 @@
+import pytest
 import torch
 
+from mlcore.pointcloud.pipeline import domain_index
 from mlcore.pointcloud.ptv3 import (
+    DomainLayerNorm,
     Level,
     PointBatch,
     PTv3,
@@ -103,3 +106,63 @@ def test_a_few_steps_of_training_lower_the_loss():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]
+
+
+def test_layernorm_blocks_keep_logits_finite_where_batchnorm_blocks_overflow():
+    # Tokens far outside the statistics an eval-mode BatchNorm was trained on are squared by every
+    # gated-ReLU MLP until they overflow; a LayerNorm bounds each token before each MLP.
+    g = torch.Generator().manual_seed(0)
+    coord = torch.rand(400, 3, generator=g) * 20
+    points = PointBatch(coord, torch.rand(400, 5, generator=g) * 1e4, torch.zeros(400, dtype=torch.long))
+    logits = {}
+    for norm in ("batch", "layer"):
+        torch.manual_seed(0)
+        model = PTv3(PTv3Config(proj="moe", block_norm=norm, **TINY)).eval()
+        with torch.no_grad():
+            logits[norm] = model(points)
+    assert not torch.isfinite(logits["batch"]).all()
+    assert torch.isfinite(logits["layer"]).all()
+
+
+def test_a_ppt_model_refuses_points_without_their_dataset():
+    model = PTv3(PTv3Config(proj="dense", domains=("A", "C"), **TINY)).eval()
+    coord = torch.rand(100, 3) * 10
+    with pytest.raises(ValueError, match="dataset id"):
+        model(PointBatch(coord, torch.rand(100, 5), torch.zeros(100, dtype=torch.long)))
+
+
+def test_a_ppt_model_normalises_each_sample_with_its_own_datasets_parameters():
+    torch.manual_seed(0)
+    model = PTv3(PTv3Config(proj="dense", domains=("A", "C"), **TINY)).eval()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, DomainLayerNorm):
+                m.bias[1].normal_()
+    coord = torch.rand(200, 3) * 10
+    feat = torch.rand(200, 5)
+    batch = torch.zeros(200, dtype=torch.long)
+    with torch.no_grad():
+        as_a = model(PointBatch(coord, feat, batch, domain=torch.tensor([0])))
+        as_c = model(PointBatch(coord, feat, batch, domain=torch.tensor([1])))
+        both = model(
+            PointBatch(
+                torch.cat([coord, coord]), torch.cat([feat, feat]), torch.cat([batch, batch + 1]), torch.tensor([0, 1])
+            )
+        )
+    assert not torch.allclose(as_a, as_c)
+    torch.testing.assert_close(both[:200], as_a, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(both[200:], as_c, rtol=1e-4, atol=1e-4)
+
+
+def test_zero_shot_datasets_borrow_the_norm_of_the_first_seen_dataset_of_their_kind():
+    domains = ("A", "B", "C", "D")
+    assert [domain_index(n, domains) for n in "ABCDEF"] == [0, 1, 2, 3, 2, 0]
+    with pytest.raises(ValueError, match="no outdoor dataset"):
+        domain_index("E", ("A", "B"))
+
+
+def test_configurations_saved_before_block_norms_were_chosen_load_as_batchnorm_blocks():
+    old = PTv3Config(proj="moe").to_dict()
+    del old["block_norm"], old["domains"]
+    assert PTv3Config.from_dict(old).block_norm == "batch"
+    assert PTv3Config.from_dict(PTv3Config(proj="moe").to_dict()).block_norm == "layer"

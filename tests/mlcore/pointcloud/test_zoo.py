@@ -2,10 +2,11 @@
 
 import numpy as np
 import pytest
+import torch
 
 from mlcore.catalog import materialize
 from mlcore.pointcloud.datasets import get_dataset, make_scan
-from mlcore.pointcloud.pipeline import confusion, load_segmenter, miou, predict_scan
+from mlcore.pointcloud.pipeline import confusion, evaluate, load_segmenter, miou, predict_scan
 from mlcore.pointcloud.zoo import CHECKPOINTS, RECIPES, verify
 from mlcore.zoo.registry import MODELS
 
@@ -24,6 +25,10 @@ def test_the_committed_segmenter_matches_its_manifest_and_segments_an_unseen_str
     score, ious = miou(confusion(pred, scan.labels.astype(np.int64)), spec.class_ids)
     # Chance over 7 classes is ~0.14 IoU per class; roads and buildings are the easy ones.
     assert score > 0.25 and ious["road"] > 0.5 and ious["building"] > 0.5
+    # LayerNorm blocks: no point of an unseen sensor's street overflows (BatchNorm blocks did, 2-28%).
+    assert isinstance(model.encoder[0][0].norm1, torch.nn.LayerNorm)
+    zero_shot = evaluate(model, {"E": [make_scan("E", 7, "val")]})
+    assert zero_shot["nonfinite"]["E"] == 0.0
 
 
 def test_a_checkpoint_whose_weights_changed_is_refused(tmp_path):
