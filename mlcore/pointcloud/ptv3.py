@@ -360,6 +360,8 @@ class Block(nn.Module):
         if isinstance(self.norm1, nn.BatchNorm1d):
             scale, shift = bn_affine(self.norm1)
             h += torch.addcmul(shift + pos_out.bias, x, scale)[idx]
+        elif isinstance(self.norm1, nn.LayerNorm):
+            h += F.layer_norm(x, (dim,), self.norm1.weight, self.norm1.bias + pos_out.bias)[idx]
         else:
             h += (_normalise(self.norm1, x, domain) + pos_out.bias)[idx]
         qkv = fused_linear(h, self.qkv.weight, self.qkv.bias)
