@@ -379,6 +379,26 @@ def usage_lines(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def usage_chart_png(run: dict[str, Any], path: Path) -> bool:
+    """The expert-usage-by-dataset chart of one run (first and last MoE layer) as a PNG, drawn from
+    the ``pointcloud-train`` job's Vega-Lite chart; False when the run has no routing."""
+    import vl_convert
+
+    from mlcore.jobs.pointcloud_train import usage_chart
+
+    if not run.get("usage"):
+        return False
+    layers = len(next(iter(run["usage"].values())))
+    keep = sorted({0, layers - 1})
+    usage = {name: [shares[i] for i in keep] for name, shares in run["usage"].items()}
+    spec = usage_chart(usage, [i + 1 for i in keep])
+    spec["title"] = (
+        f"{run['config']} (seed {run['seed']}): top-1 expert per point, MoE layers {keep[0] + 1} and {layers}"
+    )
+    path.write_bytes(vl_convert.vegalite_to_png(vl_spec=spec, scale=2))
+    return True
+
+
 def throughput_lines(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "## Inference throughput (one CPU thread, `pointcloud-segment`'s path)",
@@ -477,6 +497,10 @@ def run(tier: str, results: Path) -> None:
     # The full study includes the card-scale runs (cached; ``--report`` lists the finished ones).
     card = _runs("card") if tier == "full" else []
     card_md, card_table = card_lines(card) if card else ([], {})
+    paper = next((r for r in runs if r["config"] == "moe-proj" and r["seed"] == 0), None)
+    chart = []
+    if paper is not None and usage_chart_png(paper, results / "pointcloud-usage.png"):
+        chart = ["![Expert usage by dataset, moe-proj seed 0](pointcloud-usage.png)", ""]
     speed = [s for n in spec.throughput if (s := throughput(n)) is not None]
     huge = throughput(spec.huge, chunk=150_000, compare=False) if spec.huge else None
     lines, table = summarise(runs, spec.configs)
@@ -506,6 +530,7 @@ def run(tier: str, results: Path) -> None:
         "",
         *usage_lines([r for r in runs if r["seed"] == 0]),
         "",
+        *chart,
         *card_md,
         *throughput_lines(speed + ([huge] if huge else [])),
         *nonfinite_lines(runs),

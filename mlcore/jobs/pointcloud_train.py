@@ -9,7 +9,7 @@ dataset, and registers the trained segmenter (kind ``pointcloud-segmenter``) in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mlcore.charts import VEGA_LITE, step_lines
@@ -125,10 +125,16 @@ spec = JobSpec(
 )
 
 
-def usage_chart(usage: dict[str, list[list[float]]]) -> dict[str, Any]:
-    """Stacked bars: per dataset (x) and MoE layer (row), the share of points per top-1 expert."""
+def usage_chart(usage: dict[str, list[list[float]]], layer_numbers: Sequence[int] = ()) -> dict[str, Any]:
+    """Stacked bars: per dataset (x) and MoE layer (row), the share of points per top-1 expert;
+    ``layer_numbers`` names the rows when ``usage`` holds a selection of the layers."""
     rows = [
-        {"dataset": name, "layer": f"layer {li + 1}", "expert": f"expert {e}", "share": share}
+        {
+            "dataset": name,
+            "layer": f"layer {layer_numbers[li] if layer_numbers else li + 1}",
+            "expert": f"expert {e}",
+            "share": share,
+        }
         for name, layers in usage.items()
         for li, layer in enumerate(layers)
         for e, share in enumerate(layer)

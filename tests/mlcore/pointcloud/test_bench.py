@@ -64,3 +64,15 @@ def test_non_finite_shares_are_listed_only_for_runs_that_overflowed():
     assert rows == ["| moe-proj-bn (s0) | 0.0% | 0.0% | 0.0% | 25.0% | 0.0% | 0.0% |"]
     assert "1 of the 2 runs that recorded it had none (`moe-proj` never overflowed)" in "\n".join(lines)
     assert bench.nonfinite_lines(runs[1:]) == []
+
+
+def test_the_usage_chart_shows_the_first_and_last_moe_layer_by_their_numbers(tmp_path):
+    from mlcore.jobs.pointcloud_train import usage_chart
+
+    usage = {"A": [[0.5, 0.5], [1.0, 0.0], [0.2, 0.8]], "C": [[0.0, 1.0], [0.5, 0.5], [0.9, 0.1]]}
+    run = {"config": "moe-proj", "seed": 0, "usage": usage}
+    assert bench.usage_chart_png(run, tmp_path / "usage.png")
+    assert (tmp_path / "usage.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = usage_chart({"A": [[0.2, 0.8]]}, [3])["data"]["values"]
+    assert {r["layer"] for r in rows} == {"layer 3"}
+    assert not bench.usage_chart_png({"config": "dense-active", "seed": 0, "usage": {}}, tmp_path / "none.png")
