@@ -8,12 +8,18 @@
    held-out rectified-flow loss on a fixed t grid (shared noise), the judge's accuracy on generated
    clips (digit and direction), and the Fréchet classifier distance (FCD, on the judge's features;
    not FVD). The zoo model, trained longer with the three patterns cycled, is evaluated in each mode too.
-3. **ProMoE.** Dense vs DiT-MoE (top-2 + shared) vs ProMoE at equal activated FFN parameters on
-   one-frame class-conditional generation (static digits), with ProMoE's conditional routing and
-   routing contrastive loss ablated; several seeds.
+3. **ProMoE.** Dense vs DiT-MoE (top-2 + shared) vs EC-DiT (expert choice) vs Race-DiT (Expert
+   Race: a global top-k over the token × expert scores) vs ProMoE at equal activated FFN parameters
+   on one-frame class-conditional generation (static digits), with ProMoE's conditional routing and
+   routing contrastive loss ablated and its identity activation replaced by sigmoid / softmax (the
+   card's §3 baselines and ablations); several seeds.
 
 Every finished configuration is cached as JSON under ``bench/cache/video/`` so an interrupted full
 run resumes. Speeds are ratios measured in the same run (the machine is shared and noisy).
+
+    python -m mlcore.bench video --tier quick              # run what is missing, write the report
+    python -m mlcore.bench.video extend                    # the 600-step study (§2c, §3b), cached
+    python -m mlcore.bench.video report                    # rewrite the report from the cache only
 """
 
 from __future__ import annotations
@@ -59,6 +65,9 @@ PROMOE_CONFIGS: dict[str, dict[str, Any]] = {
     "ProMoE": {"ffn": "promoe"},
     "ProMoE − conditional routing": {"ffn": "promoe", "promoe_conditional": False},
     "ProMoE − contrastive loss": {"ffn": "promoe", "contrastive_weight": 0.0},
+    "Race-DiT (global top-k + shared)": {"ffn": "race"},
+    "ProMoE − identity → sigmoid": {"ffn": "promoe", "promoe_activation": "sigmoid"},
+    "ProMoE − identity → softmax": {"ffn": "promoe", "promoe_activation": "softmax"},
 }
 #: The quality study's attention patterns: the paper's three, then the card's baselines.
 QUALITY_MODES: tuple[str, ...] = ("full", "moga", "local", "random", "blocktopk", "sta")
@@ -410,37 +419,67 @@ def _mean_sd(values: list[float], fmt: str = ".4f") -> str:
     return f"{statistics.fmean(values):{fmt}} ± {statistics.stdev(values):{fmt}}"
 
 
+#: Cache-name suffixes of the ablations, found by a word of the label (the first match wins).
+_ABLATION_SUFFIXES: tuple[tuple[str, str], ...] = (
+    ("conditional", "-nocond"),
+    ("contrastive", "-norcl"),
+    ("sigmoid", "-sigmoid"),
+    ("softmax", "-softmax"),
+)
+
+
 def _promoe_slug(label: str) -> str:
-    return label.split(" ")[0].lower() + (
-        "-nocond" if "conditional" in label else "-norcl" if "contrastive" in label else ""
-    )
+    """The cache name of a configuration: its label's first word, plus the ablation's suffix
+    (``ProMoE − contrastive loss`` → ``promoe-norcl``). Cached results depend on these names."""
+    suffix = next((s for word, s in _ABLATION_SUFFIXES if word in label), "")
+    return label.split(" ")[0].lower() + suffix
 
 
-def promoe_study(settings: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any] | None]:
-    """Part 3: every ProMoE configuration × seed (cached), with the static judge trained here."""
-    static_judge, static_info = _judge(True, settings["judge_steps"])
+def _static_judge_info(steps: int) -> dict[str, Any] | None:
+    """The cached static judge's held-out scores, without loading (or training) it."""
+    path = CACHE / f"judge-static-{steps}" / "judgement.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def promoe_study(
+    settings: dict[str, Any], *, compute: bool = True
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any] | None]:
+    """Part 3: every ProMoE configuration × seed (cached), with the static judge trained here.
+    With ``compute=False`` only cached runs are returned (a configuration with none is left out)."""
+    if compute:
+        static_judge, static_info = _judge(True, settings["judge_steps"])
+    else:
+        static_judge, static_info = None, _static_judge_info(settings["judge_steps"])
     promoe: dict[str, list[dict[str, Any]]] = {}
     for label, config in PROMOE_CONFIGS.items():
         for seed in settings["promoe_seeds"]:
             name = f"promoe-{_promoe_slug(label)}-s{seed}-{settings['promoe_steps']}"
-            promoe.setdefault(label, []).append(
-                _cached(
-                    name,
-                    lambda config=config, seed=seed: train_and_evaluate(
-                        config,
-                        steps=settings["promoe_steps"],
-                        seed=seed,
-                        frames=1,
-                        static=True,
-                        judge=static_judge,
-                        tier=settings,
-                    ),
-                )
+            row = _load_or_compute(
+                name,
+                lambda config=config, seed=seed: train_and_evaluate(
+                    config,
+                    steps=settings["promoe_steps"],
+                    seed=seed,
+                    frames=1,
+                    static=True,
+                    judge=static_judge,
+                    tier=settings,
+                ),
+                compute,
             )
+            if row is not None:
+                promoe.setdefault(label, []).append(row)
     return promoe, static_info
 
 
-def run(tier: str, results: Path) -> None:
+def run(tier: str, results: Path, *, train_missing: bool = True) -> None:
+    """Run every part (what is cached is read back) and write ``video.md`` / ``video.json``.
+
+    ``train_missing=False`` is the report-only path: nothing is trained, measured or even loaded
+    (not the judges, not the zoo model); the report shows what is cached, and lists the ProMoE
+    configurations that have no run yet."""
+    import functools
+
     import torch
 
     torch.set_num_threads(1)
@@ -450,54 +489,69 @@ def run(tier: str, results: Path) -> None:
         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
     }
 
-    attention_rows = [_cached(f"attention-{n}", lambda n=n: attention_case(n)) for n in settings["tokens"]]
-    data["attention"] = attention_rows
-    data["attention_baselines"] = [
-        _cached(f"attention-baselines-{n}", lambda n=n: attention_baselines_case(n)) for n in settings["tokens"]
-    ]
+    def cached_rows(names_and_computes: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+        rows = [_load_or_compute(name, compute, train_missing) for name, compute in names_and_computes]
+        return [r for r in rows if r is not None]
 
-    judge, _ = _judge(False, settings["judge_steps"])
-    zoo, trained = _zoo_model()
+    data["attention"] = cached_rows([(f"attention-{n}", lambda n=n: attention_case(n)) for n in settings["tokens"]])
+    data["attention_baselines"] = cached_rows(
+        [(f"attention-baselines-{n}", lambda n=n: attention_baselines_case(n)) for n in settings["tokens"]]
+    )
+
+    # Loaded on first use only, so the report-only path never touches the judge or the zoo model.
+    clip_judge = functools.cache(lambda: _judge(False, settings["judge_steps"])[0])
+    zoo, trained = _zoo_model() if train_missing else (None, True)
     zoo_rows = {}
     if trained:
         for mode in ("full", "moga", "local"):
-            zoo_rows[mode] = _cached(
+            row = _load_or_compute(
                 f"zoo-{mode}-{settings['eval_clips']}",
                 lambda mode=mode: evaluate(
                     zoo,
-                    judge,
+                    clip_judge(),
                     frames=8,
                     static=False,
                     clips=settings["eval_clips"],
                     sample_steps=settings["sample_steps"],
                     attention=mode,
                 ),
+                train_missing,
             )
+            if row is not None:
+                zoo_rows[mode] = row
     data["zoo"] = zoo_rows
 
     quality: dict[str, list[dict[str, Any]]] = {}
     for mode in QUALITY_MODES:
-        for seed in settings["quality_seeds"]:
-            name = f"quality-{mode}-s{seed}-{settings['quality_steps']}"
-            quality.setdefault(mode, []).append(
-                _cached(
-                    name,
+        rows = cached_rows(
+            [
+                (
+                    f"quality-{mode}-s{seed}-{settings['quality_steps']}",
                     lambda mode=mode, seed=seed: train_and_evaluate(
                         {"attention": mode},
                         steps=settings["quality_steps"],
                         seed=seed,
                         frames=8,
                         static=False,
-                        judge=judge,
+                        judge=clip_judge(),
                         tier=settings,
                     ),
                 )
-            )
+                for seed in settings["quality_seeds"]
+            ]
+        )
+        if rows:
+            quality[mode] = rows
     data["quality"] = quality
 
     data["quality_extended"] = extended_quality(settings, compute=False)
-    data["promoe"], data["static_judge"] = promoe_study(settings)
+    data["promoe"], data["static_judge"] = promoe_study(settings, compute=train_missing)
     data["promoe_extended"] = extended_promoe(settings, compute=False)
+    if not (data["attention"] and data["quality"] and data["promoe"]):
+        raise RuntimeError(
+            f"the {tier} tier has no cached attention, quality or ProMoE runs to report; "
+            f"run `python -m mlcore.bench video --tier {tier}` first"
+        )
     write_results(results, "video", report(data), data)
 
 
@@ -513,6 +567,12 @@ def _load_or_compute(name: str, compute: Any, enabled: bool) -> dict[str, Any] |
     if (CACHE / f"{name}.json").exists() or enabled:
         return _cached(name, compute)
     return None
+
+
+def _started(found: dict[int, dict[str, dict[str, Any]]], names: tuple[str, ...]) -> tuple[str, ...]:
+    """The contenders with at least one finished seed: one never run (a configuration added after
+    the study) is left out of the comparison instead of emptying it."""
+    return tuple(n for n in names if any(n in rows for rows in found.values()))
 
 
 def _complete_seeds(found: dict[int, dict[str, dict[str, Any]]], names: tuple[str, ...]) -> dict[str, Any]:
@@ -546,7 +606,7 @@ def extended_quality(
             )
             if row is not None:
                 found.setdefault(seed, {})[mode] = row
-    return _complete_seeds(found, QUALITY_MODES)
+    return _complete_seeds(found, _started(found, QUALITY_MODES))
 
 
 def extended_promoe(
@@ -566,7 +626,7 @@ def extended_promoe(
             )
             if row is not None:
                 found.setdefault(seed, {})[label] = row
-    return _complete_seeds(found, tuple(PROMOE_CONFIGS))
+    return _complete_seeds(found, _started(found, tuple(PROMOE_CONFIGS)))
 
 
 def report(data: dict[str, Any]) -> str:
@@ -647,7 +707,9 @@ def report(data: dict[str, Any]) -> str:
     extended = data.get("promoe_extended") or {}
     if extended:
         steps = next(iter(extended.values()))[0]["steps"]
-        lines += promoe_section(f"3b. ProMoE with a longer budget ({steps} steps", extended, info)
+        lines += promoe_section(
+            f"3b. ProMoE with a longer budget ({steps} steps; `python -m mlcore.bench.video extend`", extended, info
+        )
     lines += ["## Claims", ""]
     lines += claims(data)
     return "\n".join(lines)
@@ -668,11 +730,15 @@ QUALITY_FLOPS: dict[str, str] = {
 
 def promoe_section(title: str, p: dict[str, list[dict[str, Any]]], info: dict[str, Any]) -> list[str]:
     seeds = sorted({len(rs) for rs in p.values()})
+    missing = [label for label in PROMOE_CONFIGS if label not in p]
     return [
         f"## {title}, seeds per configuration: {'/'.join(map(str, seeds))})",
         "",
-        "Equal activated FFN parameters per conditional token (dense 4d; DiT-MoE and EC-DiT 2 experts × d "
-        "(EC-DiT: on average, capacity 2T/E per expert) + shared 2d; ProMoE 1 expert × 2d + shared 2d). "
+        "Equal activated FFN parameters per conditional token (dense 4d; DiT-MoE, EC-DiT and Race-DiT 2 experts × d "
+        "(EC-DiT and Race-DiT: on average — capacity 2T/E per expert, resp. the 2T largest of the T × E sigmoid "
+        "scores, so a token gets 0..E experts; neither has a balance loss) + shared 2d; ProMoE 1 expert × 2d + "
+        "shared 2d). The activation rows gate ProMoE's top-1 expert with σ(cos) or softmax over the routed "
+        "experts' cosines instead of the cosine itself (the same expert is chosen; only its gate changes). "
         f"Static judge held-out accuracy: {info.get('digit_accuracy', float('nan')):.3f}.",
         "",
         Table(
@@ -690,6 +756,7 @@ def promoe_section(title: str, p: dict[str, list[dict[str, Any]]], info: dict[st
             ],
         ).markdown(),
         "",
+        *([f"Not run at this budget yet: {', '.join(missing)}.", ""] if missing else []),
     ]
 
 
@@ -833,7 +900,24 @@ def extended_claims(data: dict[str, Any]) -> list[str]:
                 out.append(
                     f"- At {steps} steps, ProMoE vs {other} (held-out RF loss): {_versus(p['ProMoE'], p[other])}."
                 )
+        out += _activation_claim(p, f"at {steps} steps, ")
     return out
+
+
+def _activation_claim(p: dict[str, list[dict[str, Any]]], lead: str = "") -> list[str]:
+    """The paper's activation ablation (identity < sigmoid < softmax in FID), on held-out RF loss."""
+    labels = {"identity": "ProMoE", "sigmoid": "ProMoE − identity → sigmoid", "softmax": "ProMoE − identity → softmax"}
+    if not all(label in p for label in labels.values()):
+        return []
+    loss = {a: statistics.fmean(r["heldout_rf_loss"] for r in p[label]) for a, label in labels.items()}
+    order = " < ".join(sorted(loss, key=loss.__getitem__))
+    line = (
+        f"{lead}activation on ProMoE's cosine scores (held-out RF loss): identity {loss['identity']:.4f}, "
+        f"sigmoid {loss['sigmoid']:.4f}, softmax {loss['softmax']:.4f} → {order}; identity lowest: "
+        f"{_yes(loss['identity'] < min(loss['sigmoid'], loss['softmax']))} (the paper, FID at CFG 1.5: "
+        "identity 6.39 < sigmoid 6.63 < softmax 6.92)."
+    )
+    return [f"- {line[:1].upper()}{line[1:]}"]
 
 
 def claims(data: dict[str, Any]) -> list[str]:
@@ -884,11 +968,15 @@ def claims(data: dict[str, Any]) -> list[str]:
     ec = next((k for k in p if k.startswith("EC-DiT")), None)
     if ec is not None:
         out.append(f"- ProMoE vs EC-DiT (expert choice; held-out RF loss): {_versus(p['ProMoE'], p[ec])}.")
+    race = next((k for k in p if k.startswith("Race-DiT")), None)
+    if race is not None:
+        out.append(f"- ProMoE vs Race-DiT (global top-k; held-out RF loss): {_versus(p['ProMoE'], p[race])}.")
     out.append(
         f"- Ablations: without conditional routing {ploss['ProMoE − conditional routing']:.4f}, "
         f"without the contrastive "
         f"loss {ploss['ProMoE − contrastive loss']:.4f} (the paper: each removal hurts)."
     )
+    out += _activation_claim(p)
     out += extended_claims(data)
     if data["tier"] == "quick":
         out.append(
@@ -905,11 +993,19 @@ if __name__ == "__main__":
     import torch
 
     parser = argparse.ArgumentParser(prog="python -m mlcore.bench.video", description="the longer study, cached")
-    parser.add_argument("command", choices=("extend",))
+    parser.add_argument(
+        "command",
+        choices=("extend", "report"),
+        help="extend: train the longer study's missing runs; report: rewrite video.md / video.json from the cache only",
+    )
     parser.add_argument("--part", choices=("both", "quality", "promoe"), default="both")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(EXTENDED_SEEDS))
+    parser.add_argument("--tier", choices=tuple(TIERS), default="quick", help="the report's tier (report only)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.command == "report":
+        run(args.tier, CACHE.parents[1] / "results", train_missing=False)
+        raise SystemExit(0)
     if args.part in ("both", "quality"):
         extended_quality(TIERS["quick"], compute=True, seeds=tuple(args.seeds))
     if args.part in ("both", "promoe"):

@@ -8,13 +8,21 @@ from mlcore.moe.group import GroupRouter, group_partition
 from mlcore.moe.layer import MoELayer, MoEObserver, moe_layers
 from mlcore.moe.losses import group_balance_loss, router_z_loss, routing_contrastive_loss, switch_load_balance_loss
 from mlcore.moe.prototype import PrototypeRouter
-from mlcore.moe.routers import ExpertChoiceRouter, Router, Routing, TopKSigmoidRouter, TopKSoftmaxRouter
+from mlcore.moe.routers import (
+    ExpertChoiceRouter,
+    ExpertRaceRouter,
+    Router,
+    Routing,
+    TopKSigmoidRouter,
+    TopKSoftmaxRouter,
+)
 from mlcore.moe.sparsemax import LambdaNet, SparsemaxRouter, ld_mole_weights, sparsemax, sparsity_bound, sparsity_loss
 from mlcore.moe.stats import ExpertStatistics, collect_expert_statistics
 from mlcore.moe.traces import RoutingRecorder, RoutingTrace, TraceError, TraceMetadata, record_routing
 
 __all__ = [
     "ExpertChoiceRouter",
+    "ExpertRaceRouter",
     "ExpertStatistics",
     "GroupRouter",
     "LambdaNet",

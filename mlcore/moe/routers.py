@@ -10,6 +10,8 @@ gets its experts, however skewed the routing.
   renormalised.
 - :class:`ExpertChoiceRouter` — the exception: expert choice (EC-DiT), capacity-based, each expert
   takes its top-C tokens; returned in the same token-major :class:`Routing` (padded slots).
+- :class:`ExpertRaceRouter` — the other exception: Expert Race (Race-DiT), one global top-(T·k)
+  over the whole token × expert score matrix; also token-major with padded slots.
 
 The LD-MoLE sparsemax router, ProMoE's prototype router and MoGA's group router live in
 :mod:`mlcore.moe.sparsemax`, :mod:`mlcore.moe.prototype` and :mod:`mlcore.moe.group`.
@@ -97,6 +99,18 @@ def gate_weight(
 def _check_top_k(num_experts: int, top_k: int) -> None:
     if not 1 <= top_k <= num_experts:
         raise ValueError(f"top_k must be between 1 and num_experts={num_experts}, got {top_k}")
+
+
+def token_major_routing(chosen: Tensor, scores: Tensor, logits: Tensor, num_experts: int) -> Routing:
+    """A [T, E] boolean choice made by the experts or by a global race → the token-major
+    :class:`Routing` every router returns: each token's chosen experts first (a stable sort, so in
+    expert order), then padded slots up to the largest count any token got, inactive with weight 0.
+    The gate weight of a chosen (token, expert) pair is its score."""
+    slots = max(1, int(chosen.sum(-1).max())) if len(chosen) else 1
+    ids = torch.sort(chosen.to(torch.int8), dim=-1, descending=True, stable=True).indices[:, :slots]
+    active = chosen.gather(-1, ids)
+    weights = torch.where(active, scores.gather(-1, ids), torch.zeros((), dtype=scores.dtype))
+    return Routing(ids, weights, logits, scores, num_experts, active=active)
 
 
 class _LinearTopKRouter(Router):
@@ -204,12 +218,60 @@ class ExpertChoiceRouter(Router):
         scores = torch.softmax(at_least_float32(logits), dim=-1)  # [T, E]
         chosen_rows = scores.topk(self.capacity(len(x)), dim=0).indices  # [C, E]: each expert's tokens
         chosen = torch.zeros_like(scores, dtype=torch.bool).scatter_(0, chosen_rows, True)
-        # Token-major: each token's chosen experts first (stable, so in expert order), then padding.
-        slots = max(1, int(chosen.sum(-1).max()))
-        ids = torch.sort(chosen.to(torch.int8), dim=-1, descending=True, stable=True).indices[:, :slots]
-        active = chosen.gather(-1, ids)
-        weights = torch.where(active, scores.gather(-1, ids), torch.zeros((), dtype=scores.dtype))
-        return Routing(ids, weights, logits, scores, self.num_experts, active=active)
+        return token_major_routing(chosen, scores, logits, self.num_experts)
 
     def extra_repr(self) -> str:
         return f"experts={self.num_experts}, capacity_factor={self.top_k}"
+
+
+class ExpertRaceRouter(Router):
+    """Expert Race (Race-DiT, Yuan et al. 2025, arXiv 2503.16057, §4): tokens and experts race together.
+
+    Over the T tokens handed to one :meth:`forward`, the router scores every (token, expert) pair,
+    s = σ(W_g·x) ∈ (0, 1)^{T×E}, and keeps the T·k largest entries of the *whole* matrix: one global
+    top-(T·k), instead of top-k per token (token choice) or top-C per expert (expert choice). A token
+    may therefore get anything from 0 to E experts and an expert anything from 0 to T tokens; only
+    the total T·k is fixed, so ``top_k`` is the *average* number of experts per token (what
+    activated-parameter counts read). The gate weight of a kept pair is its score s_{t,e}.
+
+    **Why sigmoid scores, not softmax.** The race compares scores *across tokens*. A softmax
+    normalises each token's row to sum to 1, so a token's scores say how it splits itself between
+    experts, not how much it wants any of them: a token torn between two experts (two 0.5s) loses
+    to a token sure of one (a 0.9), whatever their importance, and a token can never score high on
+    many experts at once — the very allocation ("more experts for harder tokens") the race exists
+    for. The sigmoid scores each pair independently, so rows stay comparable, and it keeps gates
+    positive and bounded like the other routers here (the identity would allow negative gates).
+
+    As with expert choice, a token's experts depend on the rest of the batch, including the CFG
+    null half when sampling; Race-DiT's inference-time threshold and its router similarity loss
+    are not modelled (no balance loss is added). The returned :class:`Routing` is token-major with
+    padded inactive slots, so :class:`~mlcore.moe.layer.MoELayer` runs it unchanged.
+    """
+
+    kind = "expert-race"
+
+    def __init__(
+        self,
+        hidden: int,
+        num_experts: int,
+        top_k: int = 2,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        _check_top_k(num_experts, top_k)
+        self.num_experts, self.top_k = num_experts, top_k
+        self.weight = gate_weight(num_experts, hidden, device=device, dtype=dtype)
+
+    def forward(self, x: Tensor, *, null_mask: Tensor | None = None) -> Routing:
+        self._refuse_null_mask(null_mask)
+        logits = nn.functional.linear(x, self.weight)
+        scores = torch.sigmoid(at_least_float32(logits))  # [T, E], each pair scored on its own
+        # The race: the T·k largest of all T·E scores, wherever they sit (top_k ≤ E, so T·k ≤ T·E).
+        winners = scores.reshape(-1).topk(self.top_k * len(x)).indices
+        chosen = torch.zeros(scores.numel(), dtype=torch.bool, device=x.device).scatter_(0, winners, True)
+        return token_major_routing(chosen.reshape(scores.shape), scores, logits, self.num_experts)
+
+    def extra_repr(self) -> str:
+        return f"experts={self.num_experts}, top_k={self.top_k} (on average: one global top-(T·k))"

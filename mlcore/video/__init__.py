@@ -1,1 +1,2 @@
-"""MoGA attention, the video DiT (dense / DiT-MoE / ProMoE FFN), its pipeline, judge, media and zoo recipes."""
+"""MoGA attention, the video DiT (dense / DiT-MoE / ProMoE / EC-DiT / Race-DiT FFN), its pipeline,
+judge, media and zoo recipes."""

@@ -119,3 +119,64 @@ def test_an_expert_choice_routed_layer_sums_each_tokens_choosing_experts_weighte
     assert (y[expected.abs().sum(-1) == 0] == 0).all()  # a token no expert chose passes through as zero
     y.square().sum().backward()  # the router learns through the gate weights (there is no balance loss)
     assert router.weight.grad is not None and router.weight.grad.abs().sum() > 0
+
+
+def test_expert_race_keeps_exactly_t_times_k_pairs_the_global_top_of_the_sigmoid_score_matrix():
+    from mlcore.moe import ExpertRaceRouter
+
+    torch.manual_seed(6)
+    router = ExpertRaceRouter(8, 5, 2)
+    x = torch.randn(30, 8)
+    routing = router(x)
+    scores = torch.sigmoid(x @ router.weight.T)  # [T, E]
+    active = routing.active_mask()
+    assert int(active.sum()) == 30 * 2
+    kept = torch.zeros_like(scores, dtype=torch.bool)
+    kept[torch.arange(30).unsqueeze(-1).expand_as(routing.expert_ids)[active], routing.expert_ids[active]] = True
+    # the kept pairs are the 60 largest entries of the whole matrix, wherever they sit
+    threshold = scores.reshape(-1).topk(60).values.min()
+    assert torch.equal(kept, scores >= threshold)
+    # each pair's gate is its own score; padded slots carry no weight
+    torch.testing.assert_close(routing.gate_weights[active], scores.gather(-1, routing.expert_ids)[active])
+    assert (routing.gate_weights[~active] == 0).all()
+    torch.testing.assert_close(routing.probs, scores)
+    assert routing.expert_counts().sum() == 60 and routing.top_k == int(active.sum(-1).max())
+
+
+def test_expert_race_lets_a_token_win_several_experts_while_others_win_none():
+    from mlcore.moe import ExpertRaceRouter
+
+    router = ExpertRaceRouter(4, 4, 1)
+    with torch.no_grad():
+        router.weight.copy_(torch.eye(4))  # logits = x
+    x = torch.tensor([[5.0, 4.0, 3.0, 2.0], [-5.0, -5.0, -5.0, -5.0], [0.0, 0.0, 0.0, 0.0]])
+    routing = router(x)
+    per_token = routing.active_mask().sum(-1)
+    # T·k = 3 pairs: all go to the first token's three highest scores, so tokens 2 and 3 get no expert
+    assert per_token.tolist() == [3, 0, 0]
+    assert routing.expert_ids[0].tolist() == [0, 1, 2]
+    torch.testing.assert_close(routing.gate_weights[0], torch.sigmoid(torch.tensor([5.0, 4.0, 3.0])))
+    assert (routing.gate_weights[1:] == 0).all()
+
+
+def test_expert_race_gradients_reach_the_router_weights_through_the_gates():
+    from mlcore.moe import ExpertRaceRouter, MoELayer
+    from tests.mlcore.moe.reference import moe_reference
+
+    torch.manual_seed(7)
+    router = ExpertRaceRouter(6, 3, 2, dtype=torch.float64)
+    layer = MoELayer(6, 10, router=router, dtype=torch.float64)
+    x = torch.randn(12, 6, dtype=torch.float64)
+    y, routing = layer(x, return_routing=True)
+    torch.testing.assert_close(y, moe_reference(layer, x, routing.expert_ids, routing.gate_weights).to(y.dtype))
+    y.square().sum().backward()  # no balance loss: the router learns only through the gate weights
+    assert router.weight.grad is not None and router.weight.grad.abs().sum() > 0
+
+
+def test_expert_race_refuses_a_null_mask_and_an_average_beyond_its_experts():
+    from mlcore.moe import ExpertRaceRouter
+
+    with pytest.raises(ValueError, match="PrototypeRouter"):
+        ExpertRaceRouter(4, 3, 1)(torch.randn(2, 4), null_mask=torch.tensor([True, False]))
+    with pytest.raises(ValueError, match="top_k must be between 1 and num_experts=3"):
+        ExpertRaceRouter(4, 3, 4)

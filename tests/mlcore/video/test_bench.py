@@ -1,3 +1,5 @@
+import pytest
+
 from mlcore.bench.video import PROMOE_CONFIGS, TIERS, claims
 
 
@@ -6,7 +8,7 @@ def test_the_full_tier_covers_4k_to_64k_tokens_three_seeds_and_both_promoe_ablat
     assert full["tokens"][0] == 4096 and full["tokens"][-1] == 65536
     assert max(TIERS["quick"]["tokens"]) == 16384
     assert len(full["quality_seeds"]) == 3 and len(full["promoe_seeds"]) == 3
-    assert {c.get("ffn") for c in PROMOE_CONFIGS.values()} == {"dense", "moe", "promoe", "ec"}
+    assert {c.get("ffn") for c in PROMOE_CONFIGS.values()} == {"dense", "moe", "promoe", "ec", "race"}
     assert {"promoe_conditional": False, "ffn": "promoe"} in PROMOE_CONFIGS.values()
     assert {"contrastive_weight": 0.0, "ffn": "promoe"} in PROMOE_CONFIGS.values()
 
@@ -72,3 +74,61 @@ def test_the_longer_study_reports_only_seeds_that_every_contender_finished():
     kept = _complete_seeds(found, ("a", "b"))
     assert [r["seed"] for r in kept["a"]] == [0, 2] and [r["seed"] for r in kept["b"]] == [0, 2]
     assert _complete_seeds({1: {"a": {}}}, ("a", "b")) == {}
+
+
+def test_the_race_dit_and_activation_ablations_are_configured_without_renaming_cached_runs():
+    from mlcore.bench.video import _promoe_slug
+
+    assert PROMOE_CONFIGS["Race-DiT (global top-k + shared)"] == {"ffn": "race"}
+    assert PROMOE_CONFIGS["ProMoE − identity → sigmoid"] == {"ffn": "promoe", "promoe_activation": "sigmoid"}
+    assert PROMOE_CONFIGS["ProMoE − identity → softmax"] == {"ffn": "promoe", "promoe_activation": "softmax"}
+    slugs = [_promoe_slug(label) for label in PROMOE_CONFIGS]
+    assert len(set(slugs)) == len(slugs)
+    # the names the cached results were written under before these rows existed
+    assert slugs[:6] == ["dense", "dit-moe", "ec-dit", "promoe", "promoe-nocond", "promoe-norcl"]
+    assert slugs[6:] == ["race-dit", "promoe-sigmoid", "promoe-softmax"]
+
+
+def test_the_claims_compare_promoe_with_race_dit_and_check_the_papers_activation_order():
+    good = _data(moga_loss=0.205, promoe_loss=0.25, time_ratio=0.5)
+    good["promoe"]["ProMoE − identity → sigmoid"] = [{"heldout_rf_loss": 0.26}]
+    good["promoe"]["ProMoE − identity → softmax"] = [{"heldout_rf_loss": 0.27}]
+    lines = claims(good)
+    race = next(line for line in lines if "vs Race-DiT" in line)
+    assert "lower: **yes**" in race
+    activation = next(line for line in lines if line.startswith("- Activation"))
+    assert "identity < sigmoid < softmax" in activation and activation.count("**yes**") == 1
+    bad = _data(moga_loss=0.205, promoe_loss=0.25, time_ratio=0.5)
+    bad["promoe"]["ProMoE − identity → softmax"] = [{"heldout_rf_loss": 0.2}]
+    activation = next(line for line in claims(bad) if line.startswith("- Activation"))
+    assert "softmax < identity" in activation and "**no**" in activation
+
+
+def _row(label, seed, steps, loss=0.3):
+    return {"heldout_rf_loss": loss, "accuracy": 0.1, "fcd": 20.0, "seed": seed, "steps": steps,
+            "activated_ffn_parameters": 1, "parameters": 2, "label": label}  # fmt: skip
+
+
+def test_the_cache_only_report_leaves_out_configurations_never_run_without_training_them(tmp_path, monkeypatch):
+    import json
+
+    from mlcore.bench import video
+
+    monkeypatch.setattr(video, "CACHE", tmp_path)
+    monkeypatch.setattr(video, "train_and_evaluate", lambda *a, **k: pytest.fail("the report-only path trained"))
+    old = list(PROMOE_CONFIGS)[:6]
+    for label in old:
+        for seed in (0, 1, 2):
+            for steps in (150, video.EXTENDED_STEPS):
+                name = f"promoe-{video._promoe_slug(label)}-s{seed}-{steps}.json"
+                (tmp_path / name).write_text(json.dumps(_row(label, seed, steps)))
+    race = "Race-DiT (global top-k + shared)"
+    (tmp_path / f"promoe-race-dit-s0-{video.EXTENDED_STEPS}.json").write_text(json.dumps(_row(race, 0, 600)))
+
+    short, info = video.promoe_study(video.TIERS["quick"], compute=False)
+    assert list(short) == old and all(len(rows) == 3 for rows in short.values()) and info is None
+    section = "\n".join(video.promoe_section("3. ProMoE (150 steps", short, {}))
+    assert "Not run at this budget yet: Race-DiT (global top-k + shared), ProMoE − identity → sigmoid" in section
+    # Race-DiT ran seed 0 only: seeds 1 and 2 drop for everyone; the activation rows never ran and are left out
+    longer = video.extended_promoe(video.TIERS["quick"], compute=False)
+    assert list(longer) == [*old, race] and all([r["seed"] for r in rows] == [0] for rows in longer.values())
