@@ -7,7 +7,7 @@ the expert computation itself is :func:`kernels.fused_moe`.
 from mlcore.moe.group import GroupRouter, group_partition
 from mlcore.moe.layer import MoELayer, MoEObserver, moe_layers
 from mlcore.moe.losses import group_balance_loss, router_z_loss, routing_contrastive_loss, switch_load_balance_loss
-from mlcore.moe.prototype import PrototypeRouter
+from mlcore.moe.prototype import ActivatedPrototypeRouter, PrototypeRouter
 from mlcore.moe.routers import (
     ExpertChoiceRouter,
     ExpertRaceRouter,
@@ -21,6 +21,7 @@ from mlcore.moe.stats import ExpertStatistics, collect_expert_statistics
 from mlcore.moe.traces import RoutingRecorder, RoutingTrace, TraceError, TraceMetadata, record_routing
 
 __all__ = [
+    "ActivatedPrototypeRouter",
     "ExpertChoiceRouter",
     "ExpertRaceRouter",
     "ExpertStatistics",

@@ -17,6 +17,9 @@ The routing contrastive loss that trains the prototypes is
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -77,3 +80,41 @@ class PrototypeRouter(Router):
         weights = torch.where(null.unsqueeze(-1), to_uncond.to(weights.dtype), weights)
         active = None if self.top_k == 1 else ~null.unsqueeze(-1) | slot0
         return Routing(ids, weights, logits, logits, self.num_experts, active=active)
+
+
+class ActivatedPrototypeRouter(PrototypeRouter):
+    """ProMoE's router with a non-identity activation on the cosine scores: the paper's activation
+    ablation (identity 6.39, sigmoid 6.63, softmax 6.92 FID at CFG 1.5, B size).
+
+    g_j(x) = σ(α·cos(x, p_j)) or softmax_j(α·cos(x, p_j)) over the N_E routed experts (the
+    unconditional expert is hard-routed, so it takes no part in the softmax). Both are monotone
+    within a token's row, so the top-K experts are the identity's; only the gate weights (and the
+    recorded ``probs``) change: y = shared(x) + Σ_{j∈top-K} g_j(x)·E_j(x). Null tokens keep weight 1
+    on the unconditional expert. The routing contrastive loss reads only the assignment and the
+    prototypes, so it is unchanged.
+
+    (A subclass, so the paper's router keeps its single, identity code path.)
+    """
+
+    def __init__(self, hidden: int, num_routed: int, top_k: int = 1, *, activation: str, **kwargs: Any) -> None:
+        if activation not in ("sigmoid", "softmax"):
+            raise ValueError(
+                f"activation must be 'sigmoid' or 'softmax' (identity is PrototypeRouter), got {activation!r}"
+            )
+        super().__init__(hidden, num_routed, top_k, **kwargs)
+        self.activation = activation
+
+    def forward(self, x: Tensor, *, null_mask: Tensor | None = None) -> Routing:
+        routing = super().forward(x, null_mask=null_mask)
+        n = self.num_routed
+        cosine = routing.logits[:, :n]  # α·cos(x, p_j), what the identity router gates with
+        activated = torch.sigmoid(cosine) if self.activation == "sigmoid" else torch.softmax(cosine, dim=-1)
+        # Routed, active slots take the activated score; unconditional and padded slots keep theirs (1 / 0).
+        routed = routing.active_mask() & (routing.expert_ids < n)
+        gathered = activated.gather(-1, routing.expert_ids.clamp(max=n - 1))
+        weights = torch.where(routed, gathered, routing.gate_weights)
+        probs = torch.cat([activated, routing.probs[:, n:]], dim=-1)
+        return replace(routing, gate_weights=weights, probs=probs)
+
+    def extra_repr(self) -> str:
+        return f"routed={self.num_routed}, top_k={self.top_k}, activation={self.activation}"

@@ -33,15 +33,23 @@ The network predicts the rectified-flow velocity v = ε − x₀ at x_t = (1 −
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 from torch import Tensor, nn
 
-from mlcore.moe import ExpertChoiceRouter, ExpertRaceRouter, MoELayer, PrototypeRouter, Routing, TopKSoftmaxRouter
+from mlcore.moe import (
+    ActivatedPrototypeRouter,
+    ExpertChoiceRouter,
+    ExpertRaceRouter,
+    MoELayer,
+    PrototypeRouter,
+    Routing,
+    TopKSoftmaxRouter,
+)
 from mlcore.moe.losses import routing_contrastive_loss, switch_load_balance_loss
 from mlcore.video.attention import ATTENTION_MODES, AttentionMode, Grid, VideoAttention
 
@@ -84,45 +92,6 @@ class AuxLosses:
     def add(self, name: str, value: Tensor) -> None:
         current = getattr(self, name)
         setattr(self, name, value if current is None else current + value)
-
-
-class ActivatedPrototypeRouter(PrototypeRouter):
-    """ProMoE's router with a non-identity activation on the cosine scores: the paper's activation
-    ablation (identity 6.39, sigmoid 6.63, softmax 6.92 FID at CFG 1.5, B size).
-
-    g_j(x) = σ(α·cos(x, p_j)) or softmax_j(α·cos(x, p_j)) over the N_E routed experts (the
-    unconditional expert is hard-routed, so it takes no part in the softmax). Both are monotone
-    within a token's row, so the top-K experts are the identity's; only the gate weights (and the
-    recorded ``probs``) change: y = shared(x) + Σ_{j∈top-K} g_j(x)·E_j(x). Null tokens keep weight 1
-    on the unconditional expert. The routing contrastive loss reads only the assignment and the
-    prototypes, so it is unchanged.
-
-    (This wraps :class:`~mlcore.moe.PrototypeRouter` rather than extending it in
-    :mod:`mlcore.moe.prototype`, so the paper's router keeps its single, identity code path.)
-    """
-
-    def __init__(self, hidden: int, num_routed: int, top_k: int = 1, *, activation: str, **kwargs: Any) -> None:
-        if activation not in ("sigmoid", "softmax"):
-            raise ValueError(
-                f"activation must be 'sigmoid' or 'softmax' (identity is PrototypeRouter), got {activation!r}"
-            )
-        super().__init__(hidden, num_routed, top_k, **kwargs)
-        self.activation = activation
-
-    def forward(self, x: Tensor, *, null_mask: Tensor | None = None) -> Routing:
-        routing = super().forward(x, null_mask=null_mask)
-        n = self.num_routed
-        cosine = routing.logits[:, :n]  # α·cos(x, p_j), what the identity router gates with
-        activated = torch.sigmoid(cosine) if self.activation == "sigmoid" else torch.softmax(cosine, dim=-1)
-        # Routed, active slots take the activated score; unconditional and padded slots keep theirs (1 / 0).
-        routed = routing.active_mask() & (routing.expert_ids < n)
-        gathered = activated.gather(-1, routing.expert_ids.clamp(max=n - 1))
-        weights = torch.where(routed, gathered, routing.gate_weights)
-        probs = torch.cat([activated, routing.probs[:, n:]], dim=-1)
-        return replace(routing, gate_weights=weights, probs=probs)
-
-    def extra_repr(self) -> str:
-        return f"routed={self.num_routed}, top_k={self.top_k}, activation={self.activation}"
 
 
 class FeedForward(nn.Module):
