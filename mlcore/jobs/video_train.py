@@ -1,7 +1,8 @@
 """``video-train``: train (or fine-tune) a class-conditional video DiT on bouncing digits.
 
 Choose the attention pattern (full / MoGA + local / local) and the FFN (dense / DiT-MoE top-2 /
-ProMoE). Reports rectified-flow and auxiliary loss curves, held-out RF loss on a fixed time grid,
+ProMoE, or the routers ProMoE is compared with: EC-DiT's expert choice and Race-DiT's global top-k).
+Reports rectified-flow and auxiliary loss curves, held-out RF loss on a fixed time grid,
 sample clips as training goes, MoGA group sizes or expert usage, and registers the trained model
 (a ``video-dit`` the ``video-generate`` job samples from) with the team library.
 """
@@ -17,7 +18,8 @@ from mlcore.charts import heatmap, step_lines
 from mlcore.jobs import Bool, Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Seed
 
 ATTENTION = ("full", "moga", "local")
-FFN = ("dense", "moe", "promoe")
+FFN = ("dense", "moe", "promoe", "ec", "race")
+PROMOE_ACTIVATIONS = ("identity", "sigmoid", "softmax")
 MAX_MEMORY_BYTES = 16 * 2**30
 
 
@@ -31,6 +33,7 @@ def _config(p: dict[str, Any]) -> dict[str, Any]:
         "ffn": p["ffn"],
         "num_experts": p["experts"],
         "promoe_conditional": p["conditional_routing"],
+        "promoe_activation": p["promoe_activation"],
         "attention": p["attention"],
         "num_groups": p["groups"],
         "sample_frames": p["frames"],
@@ -80,7 +83,7 @@ spec = JobSpec(
     name="video-train",
     title="Train a video DiT (MoGA attention, MoE / ProMoE FFN)",
     summary="Train a small class-conditional video DiT on bouncing digits with the attention and FFN you pick.",
-    version=1,
+    version=2,
     queue="gpu",
     soft_time_limit=6 * 3600,
     time_limit=6 * 3600 + 300,
@@ -92,10 +95,21 @@ spec = JobSpec(
             help="Fine-tune this model instead of starting from scratch (its architecture wins over the fields below).",
         ),
         Choice(name="attention", default="moga", options=ATTENTION, help="full, MoGA + local branches, or local only."),
-        Choice(name="ffn", default="dense", options=FFN, help="dense MLP, DiT-MoE (top-2 + shared), or ProMoE."),
-        Int(name="experts", default=8, min=2, max=64, help="Routed experts (moe / promoe)."),
+        Choice(
+            name="ffn",
+            default="dense",
+            options=FFN,
+            help="dense MLP, DiT-MoE (top-2 + shared), ProMoE, EC-DiT (expert choice) or Race-DiT (global top-k).",
+        ),
+        Int(name="experts", default=8, min=2, max=64, help="Routed experts (every FFN but dense)."),
         Bool(
             name="conditional_routing", default=True, help="ProMoE: send null-class tokens to the unconditional expert."
+        ),
+        Choice(
+            name="promoe_activation",
+            default="identity",
+            options=PROMOE_ACTIVATIONS,
+            help="ProMoE: the activation on the prototype scores (the paper's identity, or an ablated one).",
         ),
         Float(
             name="contrastive_weight",

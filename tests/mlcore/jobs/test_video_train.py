@@ -69,3 +69,25 @@ def test_a_cancelled_training_stops_between_steps_and_registers_nothing():
     ctx.cancel()
     outcome, _ = run({"steps": 50}, ctx=ctx)
     assert outcome.status == "cancelled" and not ctx.registrations
+
+
+@pytest.mark.parametrize("ffn", ["ec", "race"])
+def test_it_trains_the_routers_promoe_is_compared_with(ffn):
+    outcome, ctx = run({"ffn": ffn, "attention": "full", "steps": 2, "sample_every": 0})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert "expert_usage" in ctx.charts
+    assert VideoDiT.from_pretrained(ctx.registrations[0].path).config.ffn == ffn
+
+
+def test_the_promoe_activation_ablation_reaches_the_trained_model():
+    outcome, ctx = run({"ffn": "promoe", "promoe_activation": "sigmoid", "steps": 2, "sample_every": 0})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert VideoDiT.from_pretrained(ctx.registrations[0].path).config.promoe_activation == "sigmoid"
+
+
+def test_the_spec_offers_every_ffn_and_activation_the_model_accepts():
+    from mlcore.jobs import video_train
+    from mlcore.video import dit
+
+    assert set(video_train.FFN) == set(dit.FFN_KINDS)
+    assert video_train.PROMOE_ACTIVATIONS == dit.PROMOE_ACTIVATIONS
