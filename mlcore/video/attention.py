@@ -324,10 +324,14 @@ class TileLayout:
     window_tiles: Tensor  # [tiles, window volume]: the key tiles of each query tile
     allowed: Tensor  # [tiles, tiles] bool
 
-    def mask(self) -> Tensor:
-        """[N, N] bool: query i may attend key j."""
+    def mask(self, rows: Tensor | None = None) -> Tensor:
+        """[N, N] bool: query i may attend key j; only the query ``rows`` ([R, N]) when given.
+
+        Rows keep a sampled measurement linear in N: the whole mask's index tensors alone take
+        16·N² bytes (32 GiB at 32k tokens)."""
         t = self.tile_of_token
-        return self.allowed[t[:, None], t[None, :]]
+        queries = t if rows is None else t[rows]
+        return self.allowed[queries[:, None], t[None, :]]
 
     def flop_fraction(self) -> float:
         return float(self.allowed.float().mean())
@@ -354,6 +358,10 @@ def tile_layout(grid: Grid, tile: Grid, window: Grid, device: str = "cpu") -> Ti
     return TileLayout(tile_of_token, tokens_of_tile, window_tiles, allowed)
 
 
+#: Elements of gathered keys (and as many values) one chunk of sliding tile attention may hold.
+GATHER_ELEMENTS = 2**26
+
+
 def sliding_tile_attention(
     q: Tensor, k: Tensor, v: Tensor, grid: Grid, tile: Grid, window: Grid, *, gather: bool = False
 ) -> Tensor:
@@ -366,14 +374,21 @@ def sliding_tile_attention(
     # Every query of a tile shares its key list: one SDPA per tile, batched as [B·tiles, H, n, D].
     keys = layout.tokens_of_tile[layout.window_tiles].reshape(tiles, -1)  # [tiles, L]
     qt = q.index_select(2, layout.tokens_of_tile.reshape(-1)).reshape(B, H, tiles, volume, D)
-    kt = k.index_select(2, keys.reshape(-1)).reshape(B, H, tiles, -1, D)
-    vt = v.index_select(2, keys.reshape(-1)).reshape(B, H, tiles, -1, D)
+    # The gathered keys hold tiles·L ≈ N²/4 rows for a quarter-grid window (17 GiB at 64k tokens),
+    # so they are gathered a chunk of tiles at a time, within ~256 MiB each.
+    chunk = max(1, GATHER_ELEMENTS // max(1, B * H * keys.shape[1] * D))
+    out = q.new_empty(B, tiles, H, volume, D)
 
     def fold(t: Tensor) -> Tensor:
-        return t.transpose(1, 2).reshape(B * tiles, H, t.shape[3], D)
+        return t.transpose(1, 2).reshape(-1, H, t.shape[3], D)
 
-    out = F.scaled_dot_product_attention(fold(qt), fold(kt), fold(vt))
-    out = out.reshape(B, tiles, H, volume, D).transpose(1, 2).reshape(B, H, N, D)
+    for start in range(0, tiles, chunk):
+        part = keys[start : start + chunk]
+        kt = k.index_select(2, part.reshape(-1)).reshape(B, H, len(part), -1, D)
+        vt = v.index_select(2, part.reshape(-1)).reshape(B, H, len(part), -1, D)
+        attended = F.scaled_dot_product_attention(fold(qt[:, :, start : start + chunk]), fold(kt), fold(vt))
+        out[:, start : start + chunk] = attended.reshape(B, len(part), H, volume, D)
+    out = out.transpose(1, 2).reshape(B, H, N, D)
     order = layout.tokens_of_tile.reshape(-1)
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(N, device=order.device)

@@ -191,6 +191,22 @@ def test_sliding_tile_attention_equals_dense_attention_over_a_brute_force_neighb
     torch.testing.assert_close(sliding_tile_attention(q, k, v, grid, tile, window, gather=True), expected)
 
 
+def test_sliding_tile_attention_gathers_in_chunks_without_changing_the_result(monkeypatch):
+    import mlcore.video.attention as attention
+
+    grid, tile, window = (4, 4, 6), (2, 2, 2), (1, 2, 3)
+    q, k, v = qkv(N=96, dtype=torch.float64)
+    whole = sliding_tile_attention(q, k, v, grid, tile, window, gather=True)
+    monkeypatch.setattr(attention, "GATHER_ELEMENTS", 1)  # one tile per chunk
+    torch.testing.assert_close(sliding_tile_attention(q, k, v, grid, tile, window, gather=True), whole)
+
+
+def test_the_mask_of_sampled_query_rows_is_those_rows_of_the_whole_mask():
+    layout = tile_layout((8, 8, 8), (2, 2, 2), (3, 3, 3))
+    rows = torch.tensor([0, 77, 300, 511])
+    assert torch.equal(layout.mask(rows), layout.mask()[rows])
+
+
 def test_sliding_tile_gives_every_query_the_same_number_of_keys_even_at_the_borders():
     layout = tile_layout((8, 8, 8), (2, 2, 2), (3, 3, 3))
     mask = layout.mask()
