@@ -23,23 +23,36 @@ points per top-1 expert, first and last MoE layer), inference points/s and peak 
 process) at 100k and 1M points, and — full tier — a 10M-point scan finishing through chunking. Each
 finished (configuration, seed) is cached as JSON under ``bench/cache/pointcloud/`` so an interrupted
 full run resumes.
+
+Tier ``paper`` is the card's own scale (C = 64, 10 blocks, ≤ 16k-point crops, 2,000 steps): about
+3 hours a run on two CPU cores, so it runs on a GPU, several runs at once, within a wall-clock budget
+that saves each unfinished run's state for the next call::
+
+    python -m mlcore.bench.pointcloud --tier paper --device cuda --jobs 9 --wall-minutes 8
+
+It is never trained by ``make bench-pointcloud``; ``--report`` lists the runs that are cached.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import multiprocessing
 import os
 import statistics
+import subprocess
+import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mlcore.bench.common import write_results
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / "bench" / "cache" / "pointcloud"
+#: ``MOELAB_POINTCLOUD_CACHE`` moves it (``--jobs`` hands its own to the runs it starts).
+CACHE = Path(os.environ.get("MOELAB_POINTCLOUD_CACHE") or ROOT / "bench" / "cache" / "pointcloud").resolve()
 SEEN, ZERO_SHOT = ("A", "B", "C", "D"), ("E", "F")
 
 MODELS: dict[str, dict[str, Any]] = {
@@ -73,6 +86,8 @@ class Tier:
     eval_scenes: int
     throughput: tuple[int, ...]
     huge: int = 0  #: points of the chunked scan (0: skipped)
+    #: PTv3Config arguments of the tier's scale (channels, depths), under each configuration's own
+    model: dict[str, Any] = field(default_factory=dict)
 
 
 TIERS = {
@@ -105,7 +120,27 @@ TIERS = {
     # model and crops stay small (the card's C = 64, ~10 blocks and 8-16k-point crops take ~3 h a run
     # on two CPU cores). ``python -m mlcore.bench.pointcloud --tier card --only moe-proj:0 ...``
     "card": Tier(("dense-active", "moe-proj", "ppt-active"), 3, 1500, 4, 2048, 150, 30, ()),
+    # The card's own scale (section 4): C = 64 (stages 64-128-192), 10 blocks (encoder 2-2-2, decoder
+    # 2-2), crops of at most 16,384 points (SynMix scans grid-sample to 8-25k voxels, so crops hold
+    # 8-16k), 2,000 steps (the low end of the card's 2-3k), its 150 training and 30 validation scenes.
+    # A GPU tier: ``--device cuda --jobs 9 --wall-minutes 8`` (see main); never run by make.
+    "paper": Tier(
+        ("dense-active", "moe-proj", "ppt-active"),
+        3,
+        2000,
+        4,
+        16_384,
+        150,
+        30,
+        (),
+        model={"channels": (64, 128, 192), "depths": (2, 2, 2), "dec_depths": (2, 2)},
+    ),
 }
+# The paper tier's model and configurations in seconds on a CPU: a dry run of the GPU call's command
+# line (``--tier paper-smoke --device cpu --jobs 3``), not a result.
+TIERS["paper-smoke"] = replace(TIERS["paper"], seeds=1, steps=2, batch_size=2, points=2048, scenes=1, eval_scenes=1)
+#: Tiers that only ``--only`` / ``--jobs`` train: ``run`` reports their cached runs and trains none.
+GPU_TIERS = ("paper", "paper-smoke")
 
 
 #: Zoo recipes whose training run is exactly a full-tier configuration at seed 0 (same TrainConfig,
@@ -142,13 +177,86 @@ def _from_zoo(config: str, seed: int, tier: Tier) -> dict[str, Any] | None:
     }
 
 
-def run_config(config: str, seed: int, tier: Tier, tier_name: str) -> dict[str, Any] | None:
+@functools.cache
+def _scan_version() -> str:
+    """A digest of the scan generator's source: pre-generated scans are reused only by the code that
+    made them."""
+    folder = ROOT / "mlcore" / "pointcloud"
+    digest = hashlib.sha256()
+    for name in ("datasets.py", "scenes.py", "sensors.py", "labels.py"):
+        digest.update((folder / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def load_scan(folder: Path, name: str, index: int, split: str) -> Any:
+    """SynMix scan ``index`` of ``name``'s ``split``, read from ``folder`` (a :func:`make_scan` saved
+    as .npz, the same arrays) or made and saved there first."""
+    import numpy as np
+
+    from mlcore.pointcloud.datasets import make_scan
+    from mlcore.pointcloud.sensors import Scan
+
+    path = folder / _scan_version() / f"{name}-{split}-{index}.npz"
+    if path.is_file():
+        with np.load(path) as data:
+            arrays = {k: data[k] for k in data.files}
+        return Scan(arrays["xyz"], arrays.get("rgb"), arrays.get("intensity"), arrays["labels"])
+    scan = make_scan(name, index, split)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {"xyz": scan.xyz, "labels": scan.labels, "rgb": scan.rgb, "intensity": scan.intensity}
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with tmp.open("wb") as f:
+        np.savez(f, **{k: v for k, v in arrays.items() if v is not None})
+    tmp.replace(path)  # atomic: parallel writers of the same scan leave one whole file
+    return scan
+
+
+def _save_scan(folder: Path, name: str, index: int, split: str) -> None:
+    load_scan(folder, name, index, split)
+
+
+def pregenerate_scans(folder: Path, tier: Tier, processes: int) -> float:
+    """Ray-cast every training and validation scan of ``tier`` into ``folder`` on ``processes`` CPU
+    processes (once, before parallel runs that would each make all of them); returns the seconds."""
+    start = time.perf_counter()
+    items = [(folder, n, i, "train") for n in SEEN for i in range(tier.scenes)]
+    items += [(folder, n, i, "val") for n in (*SEEN, *ZERO_SHOT) for i in range(tier.eval_scenes)]
+    version = _scan_version()
+    items = [it for it in items if not (folder / version / f"{it[1]}-{it[3]}-{it[2]}.npz").is_file()]
+    if items:  # a resuming call finds them all on disk
+        with multiprocessing.get_context("spawn").Pool(min(processes, len(items))) as pool:
+            pool.starmap(_save_scan, items, chunksize=4)
+    return time.perf_counter() - start
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device)) if torch.device(device).type == "cuda" else "cpu"
+
+
+def run_config(
+    config: str,
+    seed: int,
+    tier: Tier,
+    tier_name: str,
+    *,
+    device: str = "cpu",
+    deadline: float | None = None,
+    scan_cache: Path | None = None,
+) -> dict[str, Any] | None:
     """Train and evaluate one (configuration, seed); cached. With ``MOELAB_BENCH_CACHED_ONLY=1``
-    a configuration that is not cached yet is skipped (None) instead of trained."""
+    a configuration that is not cached yet is skipped (None) instead of trained.
+
+    ``device``: where the model trains and is evaluated (crops are drawn on the CPU, the model is
+    initialised there, so a seed starts from the same weights and data on any device).
+    ``deadline`` (a :func:`time.perf_counter` value): training that reaches it saves its state under
+    ``state/`` and returns None; the next call resumes it. Evaluation runs after training, outside it.
+    ``scan_cache``: a folder of pre-generated scans (:func:`pregenerate_scans`)."""
     import torch
 
     from mlcore.pointcloud.datasets import make_scan
-    from mlcore.pointcloud.pipeline import TrainConfig, evaluate, train
+    from mlcore.pointcloud.pipeline import ScanPool, TrainConfig, evaluate, train
     from mlcore.pointcloud.ptv3 import PTv3, PTv3Config, parameter_counts
 
     path = CACHE / f"{tier_name}-{config}-s{seed}.json"
@@ -170,13 +278,41 @@ def run_config(config: str, seed: int, tier: Tier, tier_name: str) -> dict[str, 
         seed=seed,
         **overrides,
     )
+    model_args = {**model_args, **tier.model}
+    load = make_scan if scan_cache is None else functools.partial(load_scan, scan_cache)
     torch.manual_seed(seed)
     model = PTv3(PTv3Config(**model_args))
     # A killed run resumes from its last checkpoint (every 25 steps) instead of starting over.
     state = CACHE / "state" / f"{tier_name}-{config}-s{seed}.pt"
-    result = train(model, cfg, state_path=state, checkpoint_every=25)
-    scans = {n: [make_scan(n, i, "val") for i in range(tier.eval_scenes)] for n in (*SEEN, *ZERO_SHOT)}
-    ev = evaluate(model, scans)
+    tag = f"[pointcloud] {tier_name} {config} s{seed}"
+    every = max(1, min(100, cfg.steps // 10))
+    clock: dict[str, float] = {}
+
+    def progress(step: int, result: Any) -> None:
+        # Steps per second since this call's first step ended (the first one compiles and warms up).
+        clock.setdefault("step", step)
+        clock.setdefault("t", time.perf_counter())
+        if (step + 1) % every == 0 or step + 1 == cfg.steps:
+            done, seconds = step - clock["step"], time.perf_counter() - clock["t"]
+            rate = f" ({done / seconds:.2f} steps/s)" if done else ""
+            print(f"{tag} step {step + 1}/{cfg.steps} loss {result.loss[-1][1]:.3f}{rate}", flush=True)
+
+    pool = ScanPool(cfg.datasets, cfg.scenes, load=load)
+    result = train(
+        model,
+        cfg,
+        pool=pool,
+        on_step=progress,
+        device=device,
+        state_path=state,
+        checkpoint_every=25,
+        deadline=deadline,
+    )
+    if result.steps < cfg.steps:
+        print(f"{tag} stopped by the wall-clock budget at step {result.steps}/{cfg.steps}; state saved", flush=True)
+        return None
+    scans = {n: [load(n, i, "val") for i in range(tier.eval_scenes)] for n in (*SEEN, *ZERO_SHOT)}
+    ev = evaluate(model, scans, device=device)
     out = {
         "config": config,
         "seed": seed,
@@ -189,10 +325,15 @@ def run_config(config: str, seed: int, tier: Tier, tier_name: str) -> dict[str, 
         "nonfinite": ev["nonfinite"],
         "train_seconds": round(result.seconds, 1),
         "final_loss": result.loss[-1][1],
+        "device": _device_name(device),
     }
+    if torch.device(device).type == "cuda":
+        out["tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)
     CACHE.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
     state.unlink(missing_ok=True)
+    seen, zero = (statistics.mean(ev["miou"][n] for n in names) for names in (SEEN, ZERO_SHOT))
+    print(f"{tag} cached: mIoU seen {seen:.3f}, zero-shot {zero:.3f}; trained {result.seconds:.0f} s", flush=True)
     return out
 
 
@@ -474,6 +615,43 @@ def _runs(tier: str) -> list[dict[str, Any]]:
     return runs
 
 
+def _cached_runs(tier: str) -> list[dict[str, Any]]:
+    """The finished runs of ``tier`` in the cache; nothing is trained (the GPU tiers' runs come from
+    ``--only`` / ``--jobs`` on a machine with a GPU)."""
+    spec = TIERS[tier]
+    paths = (CACHE / f"{tier}-{config}-s{seed}.json" for seed in range(spec.seeds) for config in spec.configs)
+    return [json.loads(path.read_text()) for path in paths if path.is_file()]
+
+
+def paper_lines(runs: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
+    """The section on the ``paper`` tier: the card's model, crops, steps and scenes, on a GPU."""
+    spec = TIERS["paper"]
+    lines, table = summarise(runs, spec.configs)
+    devices = sorted({r.get("device", "cpu") for r in runs})
+    minutes = [r["train_seconds"] / 60 for r in runs]
+    timing = (
+        f" Training took {min(minutes):.1f}–{max(minutes):.1f} min a run on {', '.join(devices)}."
+        if runs
+        else " No run is cached yet."
+    )
+    m = spec.model
+    return [
+        "## At the method card's scale",
+        "",
+        f"Tier **paper** is the card's offline plan itself: C = {m['channels'][0]} (stages "
+        f"{'-'.join(map(str, m['channels']))}), {sum(m['depths']) + sum(m['dec_depths'])} blocks (encoder "
+        f"{'-'.join(map(str, m['depths']))}, decoder {'-'.join(map(str, m['dec_depths']))}), {spec.steps} steps of "
+        f"{spec.batch_size} crops of at most {spec.points:,} points (SynMix scans grid-sample to 8–25k voxels, so "
+        f"crops hold 8–16k), {spec.scenes} training and {spec.eval_scenes} validation scans per dataset, up to "
+        f"{spec.seeds} seeds. One run takes about 3 hours on two CPU cores, so these ran on a GPU "
+        "(`python -m mlcore.bench.pointcloud --tier paper --device cuda --jobs 9 --wall-minutes 8`), several at "
+        f"once.{timing}",
+        "",
+        *lines,
+        "",
+    ], table
+
+
 def card_lines(runs: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
     """The section on the ``card`` tier: the card's scene counts, 10× the steps, the small model."""
     spec = TIERS["card"]
@@ -497,10 +675,13 @@ def card_lines(runs: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
 def run(tier: str, results: Path) -> None:
     spec = TIERS[tier]
     start = time.perf_counter()
-    runs = _runs(tier)
+    runs = _cached_runs(tier) if tier in GPU_TIERS else _runs(tier)
     # The full study includes the card-scale runs (cached; ``--report`` lists the finished ones).
     card = _runs("card") if tier == "full" else []
     card_md, card_table = card_lines(card) if card else ([], {})
+    # ... and the runs at the card's own scale, trained on a GPU: only ever read from the cache here.
+    at_scale = _cached_runs("paper") if tier == "full" else []
+    paper_md, paper_table = paper_lines(at_scale) if at_scale else ([], {})
     paper = next((r for r in runs if r["config"] == "moe-proj" and r["seed"] == 0), None)
     chart = []
     if paper is not None and usage_chart_png(paper, results / "pointcloud-usage.png"):
@@ -536,6 +717,7 @@ def run(tier: str, results: Path) -> None:
         "",
         *chart,
         *card_md,
+        *paper_md,
         *throughput_lines(speed + ([huge] if huge else [])),
         *nonfinite_lines(runs),
     ]
@@ -544,6 +726,7 @@ def run(tier: str, results: Path) -> None:
         "runs": runs,
         "table": table,
         "card": {"tier": asdict(TIERS["card"]), "runs": card, "table": card_table},
+        "paper": {"tier": asdict(TIERS["paper"]), "runs": at_scale, "table": paper_table},
         "throughput": speed,
         "huge": huge,
         "seconds": round(time.perf_counter() - start, 1),
@@ -551,10 +734,106 @@ def run(tier: str, results: Path) -> None:
     write_results(results, "pointcloud", "\n".join(md), data)
 
 
+#: A queued run is not started with less of the wall-clock budget left than this (seconds, or a
+#: quarter of the budget if less): loading its scans and compiling its kernels would take most of it.
+MIN_START_SECONDS = 45.0
+#: Seconds of a run's wall-clock budget kept for evaluating it after training (the paper tier's 180
+#: validation scans; seconds on a GPU, more when several runs share it).
+EVAL_RESERVE_SECONDS = 45.0
+#: Exit status of a run stopped by the wall-clock budget (its state saved): "try again" (EX_TEMPFAIL).
+UNFINISHED = 75
+
+
+def _pairs(spec: Tier, only: list[str]) -> list[tuple[str, int]]:
+    """The (configuration, seed) pairs to train: those named, else every pair of the tier, seed by
+    seed (so a budget that ends early leaves whole seeds of every configuration)."""
+    if only:
+        return [(c, int(s)) for c, _, s in (item.partition(":") for item in only)]
+    return [(c, s) for s in range(spec.seeds) for c in spec.configs]
+
+
+def _cache_name(tier: str, spec: Tier, steps: int | None) -> str:
+    """The cache prefix: the tier's name, with the step count when ``--steps`` overrides it (so a
+    shortened run never passes for one of the tier's own)."""
+    return tier if steps is None or steps == spec.steps else f"{tier}-{steps}steps"
+
+
+def run_parallel(args: Any, spec: Tier, name: str) -> int:
+    """``--jobs N``: pre-generate the scans once (all CPU cores), then train each uncached
+    (configuration, seed) in its own process, N at a time, each with a share of the CPU threads and
+    the wall-clock budget left when it starts; logs under ``bench/cache/pointcloud/state/logs/``.
+    The first N always start (each trains at least a step and saves it), so every call makes progress.
+    Returns 1 if a run failed, else 0, also when some were stopped by the budget or not started (the
+    summary says which; the same command resumes them)."""
+    start = time.perf_counter()
+    budget = args.wall_minutes * 60 if args.wall_minutes else float("inf")
+    pairs = [(c, s) for c, s in _pairs(spec, args.only) if not (CACHE / f"{name}-{c}-s{s}.json").is_file()]
+    cpus = os.cpu_count() or 1
+    threads = args.threads or max(1, cpus // max(1, min(args.jobs, len(pairs) or 1)))
+    scans = args.scan_cache or ROOT / "var" / "synmix-scans"
+    print(f"[pointcloud] {len(pairs)} run(s) to train, {args.jobs} at a time, {threads} thread(s) each", flush=True)
+    if pairs:
+        took = pregenerate_scans(scans, spec, cpus)
+        print(f"[pointcloud] scans ready in {scans} ({took:.0f} s)", flush=True)
+    logs = CACHE / "state" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    queue, running, outcome = list(pairs), {}, {}
+    min_start, first_wave = min(MIN_START_SECONDS, budget / 4), True
+    while queue or running:
+        left = budget - (time.perf_counter() - start)
+        while queue and len(running) < args.jobs and (first_wave or left > min_start):
+            config, seed = queue.pop(0)
+            cmd = [sys.executable, "-m", "mlcore.bench.pointcloud", "--tier", args.tier, "--only", f"{config}:{seed}"]
+            cmd += ["--device", args.device, "--threads", str(threads), "--scan-cache", str(scans)]
+            cmd += ["--steps", str(args.steps)] if args.steps else []
+            cmd += ["--wall-minutes", f"{max(left / 60, 1e-4):.4f}"] if left != float("inf") else []
+            cmd += ["--tf32"] if args.tf32 else []
+            env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+            env["MOELAB_POINTCLOUD_CACHE"] = str(CACHE)
+            log = (logs / f"{name}-{config}-s{seed}.log").open("a")
+            running[config, seed] = (
+                subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT),
+                log,
+            )
+            print(f"[pointcloud] started {config}:{seed} ({left / 60:.1f} min of budget left)", flush=True)
+        first_wave = False
+        if not running:
+            break
+        time.sleep(1.0)
+        for pair, (proc, log) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            log.close()
+            del running[pair]
+            outcome[pair] = {0: "finished", UNFINISHED: "stopped by the budget, state saved"}.get(
+                proc.returncode, f"failed (exit {proc.returncode})"
+            )
+            tail = (logs / f"{name}-{pair[0]}-s{pair[1]}.log").read_text().strip().splitlines()[-3:]
+            minutes = (time.perf_counter() - start) / 60
+            print(
+                f"[pointcloud] {pair[0]}:{pair[1]} {outcome[pair]} after {minutes:.1f} min; its log ends:", flush=True
+            )
+            print("\n".join(f"    {line}" for line in tail), flush=True)
+    for config, seed in queue:
+        outcome[config, seed] = "not started (budget)"
+    rest = "; ".join(f"{c}:{s} {v}" for (c, s), v in outcome.items() if v != "finished")
+    print(
+        f"[pointcloud] {sum(v == 'finished' for v in outcome.values())} of {len(pairs)} finished in "
+        f"{(time.perf_counter() - start) / 60:.1f} min" + (f"; {rest}" if rest else ""),
+        flush=True,
+    )
+    return 1 if any(v.startswith("failed") for v in outcome.values()) else 0
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m mlcore.bench.pointcloud --tier full --only moe-proj:1 --only dense-active:2`` fills
     the cache for single (configuration, seed) pairs; ``--report`` rewrites the results from the cache
-    alone (nothing is trained or measured)."""
+    alone (nothing is trained or measured).
+
+    On a GPU: ``--tier paper --device cuda --jobs 9 --wall-minutes 8`` trains every uncached pair of
+    the tier as parallel processes sharing the GPU (scans pre-generated once on all CPU cores); runs
+    that reach the budget save their state and the same command resumes them. ``--steps N`` shortens
+    the runs (cached under a name with the step count)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m mlcore.bench.pointcloud")
@@ -562,19 +841,63 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", action="append", default=[], metavar="CONFIG:SEED", help="train one configuration")
     parser.add_argument("--throughput", action="append", type=int, default=[], metavar="POINTS")
     parser.add_argument("--report", action="store_true", help="write pointcloud.md from the cache only")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N): where the runs train")
+    parser.add_argument("--jobs", type=int, default=0, metavar="N", help="train the runs as N parallel processes")
+    parser.add_argument(
+        "--wall-minutes", type=float, default=0.0, help="wall-clock budget of the call; unfinished runs save and stop"
+    )
+    parser.add_argument("--steps", type=int, default=0, help="override the tier's steps (cached separately)")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads per run (--jobs: CPUs / N)")
+    parser.add_argument("--scan-cache", type=Path, default=None, help="folder of pre-generated SynMix scans")
+    parser.add_argument("--tf32", action="store_true", help="TF32 matmuls on CUDA (faster, ~1e-3 relative error)")
     args = parser.parse_args(argv)
     spec = TIERS[args.tier]
     for item in args.only:
         config, _, seed = item.partition(":")
         if config not in spec.configs or not seed.isdigit():
             parser.error(f"--only wants CONFIG:SEED with CONFIG one of {', '.join(spec.configs)}, got {item!r}")
+    if args.device != "cpu":
+        import torch
+
+        if torch.device(args.device).type != "cuda" or not torch.cuda.is_available():
+            parser.error(f"--device {args.device}: only cpu and an available cuda device are supported")
+    if args.steps:
+        spec = replace(spec, steps=args.steps)
+    name = _cache_name(args.tier, TIERS[args.tier], args.steps or None)
+    if args.jobs:
+        status = run_parallel(args, spec, name)
+        if status:
+            raise SystemExit(status)
+        return
+    if args.threads or args.tf32:
+        import torch
+
+        torch.set_num_threads(args.threads or torch.get_num_threads())
+        if args.tf32:
+            torch.backends.cuda.matmul.allow_tf32 = True
+    # Only what differs from run_config's defaults is passed.
+    options: dict[str, Any] = {}
+    if args.device != "cpu":
+        options["device"] = args.device
+    if args.scan_cache is not None:
+        options["scan_cache"] = args.scan_cache
+    if args.wall_minutes:
+        # The budget covers the whole call: training stops early enough to leave evaluation its time.
+        budget = args.wall_minutes * 60
+        options["deadline"] = time.perf_counter() + budget - min(EVAL_RESERVE_SECONDS, budget / 2)
+    unfinished = False
+    for item in args.only:
+        config, _, seed = item.partition(":")
         print(f"[pointcloud] {config} seed {seed}", flush=True)
-        run_config(config, int(seed), spec, args.tier)
+        done = run_config(config, int(seed), spec, name, **options)
+        unfinished |= done is None and "deadline" in options
     for points in args.throughput:
         print(json.dumps(throughput(points, compare=points <= 1_000_000)), flush=True)
     if args.report:
         os.environ["MOELAB_BENCH_CACHED_ONLY"] = "1"
         run(args.tier, ROOT / "bench" / "results")
+    if unfinished:
+        raise SystemExit(UNFINISHED)
 
 
 if __name__ == "__main__":

@@ -17,14 +17,23 @@
 Every finished configuration is cached as JSON under ``bench/cache/video/`` so an interrupted full
 run resumes. Speeds are ratios measured in the same run (the machine is shared and noisy).
 
+The training runs of parts 2 and 3 (and their evaluation) can run on a GPU: ``--device cuda``, or
+``MOELAB_BENCH_DEVICE=cuda`` for ``python -m mlcore.bench video`` (its dispatcher passes only the
+tier). Part 1 always runs on the CPU, since its times are CPU ratios; the zoo model's evaluation
+and the judges stay there too. Each training row records its device. Cache names do not carry
+the device: a row computed on one device is read back on the other.
+
     python -m mlcore.bench video --tier quick              # run what is missing, write the report
+    python -m mlcore.bench.video run --tier full --device cuda   # the same, training on a GPU
     python -m mlcore.bench.video extend                    # the 600-step study (§2c, §3b), cached
     python -m mlcore.bench.video report                    # rewrite the report from the cache only
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -34,6 +43,14 @@ from typing import Any, NamedTuple
 from mlcore.bench.common import median_seconds, write_results
 
 CACHE = Path(__file__).resolve().parents[2] / "bench" / "cache" / "video"
+#: The environment variable naming the device of the training runs when no ``device`` is passed.
+DEVICE_ENV = "MOELAB_BENCH_DEVICE"
+
+
+def training_device(device: str | None = None) -> str:
+    """The device of the quality and ProMoE runs: ``device``, else ``$MOELAB_BENCH_DEVICE``, else cpu."""
+    return device or os.environ.get(DEVICE_ENV) or "cpu"
+
 
 TIERS: dict[str, dict[str, Any]] = {
     "quick": {
@@ -243,7 +260,7 @@ def attention_baselines_case(tokens: int) -> dict[str, Any]:
         masks = {
             "random": same(random_ids),
             "blocktopk": block_topk_mask(qr, k, block_size, topk),
-            "sta": layout.mask()[rows][None, None],
+            "sta": layout.mask(rows)[None, None],
             "local (window ∪ frame)": local,
             "MoGA + local (union)": local | same(groups),
             "random + local (union)": local | same(random_ids),
@@ -308,6 +325,7 @@ def evaluate(
     held = heldout_loss(model, clips=64, frames=frames, static=static, attention=attention)  # type: ignore[arg-type]
     digits = torch.arange(clips) % NUM_DIGITS
     directions = (torch.arange(clips) // NUM_DIGITS) % len(DIRECTIONS)
+    on_cuda = model.device.type == "cuda"
     started = time.perf_counter()
     samples = torch.cat(
         [
@@ -324,7 +342,10 @@ def evaluate(
             for s in range(0, clips, 40)
         ]
     )
+    if on_cuda:  # kernels run asynchronously: wait for the last one before reading the clock
+        torch.cuda.synchronize(model.device)
     sample_seconds = time.perf_counter() - started
+    # The judge stays where it was loaded (the CPU); it moves the samples over itself.
     verdict = run_judge(judge, samples, digits, directions)
     real = bouncing_digits(max(clips, 200), frames=frames, split="test", seed=3, static=static)
     fcd = frechet_distance(clip_features(judge, samples), clip_features(judge, as_batch(real.clips)))
@@ -348,15 +369,31 @@ def _moga_group_flop_fraction(model: Any, frames: int) -> float:
     data = bouncing_digits(16, frames=frames, split="test", seed=5)
     x0 = torch.from_numpy(data.clips).unsqueeze(1)
     x = 0.5 * x0 + 0.5 * torch.randn(x0.shape, generator=torch.Generator().manual_seed(5))
+    device = model.device
     with torch.no_grad():
-        model(x, torch.full((16,), 0.5), torch.from_numpy(data.digits), torch.from_numpy(data.directions))
+        model(
+            x.to(device),
+            torch.full((16,), 0.5, device=device),
+            torch.from_numpy(data.digits).to(device),
+            torch.from_numpy(data.directions).to(device),
+        )
     stats = [layer.last_stats for layer in model.attention_layers() if layer.last_stats is not None]
     return statistics.fmean(s.flop_fraction() for s in stats)
 
 
 def train_and_evaluate(
-    settings: dict[str, Any], *, steps: int, seed: int, frames: int, static: bool, judge: Any, tier: dict[str, Any]
+    settings: dict[str, Any],
+    *,
+    steps: int,
+    seed: int,
+    frames: int,
+    static: bool,
+    judge: Any,
+    tier: dict[str, Any],
+    device: str = "cpu",
 ) -> dict[str, Any]:
+    """Train one configuration from scratch on ``device`` and evaluate it there (the judge grades
+    on its own device). The weights start identical on every device (initialised on the CPU)."""
     import torch
 
     from mlcore.video.dit import VideoDiT, activated_ffn_parameters, parameter_count
@@ -366,7 +403,7 @@ def train_and_evaluate(
     torch.manual_seed(seed)
     patch = (1, 2, 2) if static else (1, 4, 4)
     window = (1, 4, 4) if static else (4, 2, 2)
-    model = VideoDiT(**{**SMALL, "patch_size": patch, "window": window, **model_args})
+    model = VideoDiT(**{**SMALL, "patch_size": patch, "window": window, **model_args}).to(device)
     config = TrainConfig(
         steps=steps,
         batch_size=16,
@@ -397,6 +434,8 @@ def train_and_evaluate(
         "final_rf_loss": statistics.fmean(r[1] for r in state.losses[-50:]),
         "parameters": parameter_count(model),
         "activated_ffn_parameters": activated_ffn_parameters(model),
+        "train_wall_seconds": state.wall_seconds,
+        "device": str(device),
     }
 
 
@@ -442,10 +481,12 @@ def _static_judge_info(steps: int) -> dict[str, Any] | None:
 
 
 def promoe_study(
-    settings: dict[str, Any], *, compute: bool = True
+    settings: dict[str, Any], *, compute: bool = True, device: str | None = None
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any] | None]:
     """Part 3: every ProMoE configuration × seed (cached), with the static judge trained here.
-    With ``compute=False`` only cached runs are returned (a configuration with none is left out)."""
+    With ``compute=False`` only cached runs are returned (a configuration with none is left out).
+    Missing runs train on :func:`training_device`."""
+    device = training_device(device)
     if compute:
         static_judge, static_info = _judge(True, settings["judge_steps"])
     else:
@@ -464,6 +505,7 @@ def promoe_study(
                     static=True,
                     judge=static_judge,
                     tier=settings,
+                    device=device,
                 ),
                 compute,
             )
@@ -472,17 +514,19 @@ def promoe_study(
     return promoe, static_info
 
 
-def run(tier: str, results: Path, *, train_missing: bool = True) -> None:
+def run(tier: str, results: Path, *, train_missing: bool = True, device: str | None = None) -> None:
     """Run every part (what is cached is read back) and write ``video.md`` / ``video.json``.
 
     ``train_missing=False`` is the report-only path: nothing is trained, measured or even loaded
     (not the judges, not the zoo model); the report shows what is cached, and lists the ProMoE
-    configurations that have no run yet."""
+    configurations that have no run yet. Missing quality and ProMoE runs train on ``device``
+    (default: :func:`training_device`); the attention timings always run on the CPU."""
     import functools
 
     import torch
 
     torch.set_num_threads(1)
+    device = training_device(device)
     settings = TIERS[tier]
     data: dict[str, Any] = {
         "tier": tier,
@@ -535,6 +579,7 @@ def run(tier: str, results: Path, *, train_missing: bool = True) -> None:
                         static=False,
                         judge=clip_judge(),
                         tier=settings,
+                        device=device,
                     ),
                 )
                 for seed in settings["quality_seeds"]
@@ -545,7 +590,7 @@ def run(tier: str, results: Path, *, train_missing: bool = True) -> None:
     data["quality"] = quality
 
     data["quality_extended"] = extended_quality(settings, compute=False)
-    data["promoe"], data["static_judge"] = promoe_study(settings, compute=train_missing)
+    data["promoe"], data["static_judge"] = promoe_study(settings, compute=train_missing, device=device)
     data["promoe_extended"] = extended_promoe(settings, compute=False)
     if not (data["attention"] and data["quality"] and data["promoe"]):
         raise RuntimeError(
@@ -583,10 +628,11 @@ def _complete_seeds(found: dict[int, dict[str, dict[str, Any]]], names: tuple[st
 
 
 def extended_quality(
-    settings: dict[str, Any], *, compute: bool, seeds: tuple[int, ...] = EXTENDED_SEEDS
+    settings: dict[str, Any], *, compute: bool, seeds: tuple[int, ...] = EXTENDED_SEEDS, device: str | None = None
 ) -> dict[str, list[dict[str, Any]]]:
     """Every quality pattern at EXTENDED_STEPS, seed-major (all patterns of seed 0 first), so an
     interrupted run leaves a balanced comparison; only seeds every pattern finished are returned."""
+    device = training_device(device)
     judge = _judge(False, settings["judge_steps"])[0] if compute else None
     found: dict[int, dict[str, dict[str, Any]]] = {}
     for seed in seeds:
@@ -601,6 +647,7 @@ def extended_quality(
                     static=False,
                     judge=judge,
                     tier=settings,
+                    device=device,
                 ),
                 compute,
             )
@@ -610,9 +657,10 @@ def extended_quality(
 
 
 def extended_promoe(
-    settings: dict[str, Any], *, compute: bool, seeds: tuple[int, ...] = EXTENDED_SEEDS
+    settings: dict[str, Any], *, compute: bool, seeds: tuple[int, ...] = EXTENDED_SEEDS, device: str | None = None
 ) -> dict[str, list[dict[str, Any]]]:
     """Every ProMoE configuration at EXTENDED_STEPS, seed-major."""
+    device = training_device(device)
     judge = _judge(True, settings["judge_steps"])[0] if compute else None
     found: dict[int, dict[str, dict[str, Any]]] = {}
     for seed in seeds:
@@ -620,7 +668,14 @@ def extended_promoe(
             row = _load_or_compute(
                 f"promoe-{_promoe_slug(label)}-s{seed}-{EXTENDED_STEPS}",
                 lambda config=config, seed=seed: train_and_evaluate(
-                    config, steps=EXTENDED_STEPS, seed=seed, frames=1, static=True, judge=judge, tier=settings
+                    config,
+                    steps=EXTENDED_STEPS,
+                    seed=seed,
+                    frames=1,
+                    static=True,
+                    judge=judge,
+                    tier=settings,
+                    device=device,
                 ),
                 compute,
             )
@@ -987,26 +1042,43 @@ def claims(data: dict[str, Any]) -> list[str]:
     return out
 
 
-if __name__ == "__main__":
-    import argparse
-
-    import torch
-
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mlcore.bench.video", description="the longer study, cached")
     parser.add_argument(
         "command",
-        choices=("extend", "report"),
-        help="extend: train the longer study's missing runs; report: rewrite video.md / video.json from the cache only",
+        choices=("extend", "report", "run"),
+        help="extend: train the longer study's missing runs; report: rewrite video.md / video.json from the cache "
+        "only; run: what `python -m mlcore.bench video --tier TIER` does (train what is missing, then report)",
     )
     parser.add_argument("--part", choices=("both", "quality", "promoe"), default="both")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(EXTENDED_SEEDS))
-    parser.add_argument("--tier", choices=tuple(TIERS), default="quick", help="the report's tier (report only)")
-    args = parser.parse_args()
+    parser.add_argument("--tier", choices=tuple(TIERS), default="quick", help="the tier of run and report")
+    parser.add_argument(
+        "--device",
+        default=None,
+        help=f"device of the quality and ProMoE training runs (extend, run); default ${DEVICE_ENV}, else cpu",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    args = build_parser().parse_args(argv)
     torch.set_num_threads(1)
+    results = CACHE.parents[1] / "results"
     if args.command == "report":
-        run(args.tier, CACHE.parents[1] / "results", train_missing=False)
-        raise SystemExit(0)
+        run(args.tier, results, train_missing=False)
+        return 0
+    if args.command == "run":
+        run(args.tier, results, device=args.device)
+        return 0
     if args.part in ("both", "quality"):
-        extended_quality(TIERS["quick"], compute=True, seeds=tuple(args.seeds))
+        extended_quality(TIERS["quick"], compute=True, seeds=tuple(args.seeds), device=args.device)
     if args.part in ("both", "promoe"):
-        extended_promoe(TIERS["quick"], compute=True, seeds=tuple(args.seeds))
+        extended_promoe(TIERS["quick"], compute=True, seeds=tuple(args.seeds), device=args.device)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -15,11 +15,17 @@ Measured, per the issue's benchmark section:
 
 Every finished configuration is cached as JSON under ``bench/cache/watermark/`` (full tier), so an
 interrupted run resumes.
+
+``MOELAB_BENCH_DEVICE`` (default ``cpu``; e.g. ``cuda``) moves the models there: generation,
+extraction, the regeneration attacks, τ calibration's images and the λ fine-tuning run on it, while
+DWT-DCT, the uint8 attacks and the latency section stay on the CPU. Cache names and result formats
+do not depend on the device.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -89,6 +95,20 @@ def _cached(cache: Path | None, name: str, compute: Any) -> dict[str, Any]:
     if path is not None:
         path.write_text(json.dumps(value, indent=1, default=float))
     return value
+
+
+def bench_device() -> Any:
+    """The ``torch.device`` named by ``MOELAB_BENCH_DEVICE`` (default CPU); a clear error if it is not usable."""
+    import torch
+
+    name = os.environ.get("MOELAB_BENCH_DEVICE", "").strip() or "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(f"MOELAB_BENCH_DEVICE={name!r} is not a torch device ({exc})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"MOELAB_BENCH_DEVICE={name!r}, but this torch sees no CUDA device; unset it to use the CPU")
+    return device
 
 
 def _bundle() -> Any:
@@ -178,7 +198,14 @@ def _lambda_point(bundle: Any, lam: float, tier: Tier) -> dict[str, Any]:
         seed=1,
     )
     started = time.perf_counter()
-    train_molm(bundle.generator, config, markers=markers, extractor=extractor, log=lambda row: None)
+    train_molm(
+        bundle.generator,
+        config,
+        markers=markers,
+        extractor=extractor,
+        log=lambda row: None,
+        device=bundle.generator.device,
+    )
     markers.eval().requires_grad_(False)
     extractor.eval().requires_grad_(False)
     point = _target_point(bundle, markers, extractor, tier.lambda_images, seed=5)
@@ -352,7 +379,7 @@ def run(tier: str, results: Path) -> None:
     spec = TIERS[tier]
     cache = full_tier_cache(CACHE, tier)
     started = time.perf_counter()
-    bundle = _bundle()
+    bundle = _bundle().to(bench_device())
     card = bundle.card
     operating = _cached(
         cache,

@@ -57,11 +57,18 @@ class Sample:
 
 
 def prepare(
-    scan: Scan, spec: DatasetSpec, *, points: int | None, rng: np.random.Generator | None, augment: bool
+    scan: Scan,
+    spec: DatasetSpec,
+    *,
+    points: int | None,
+    rng: np.random.Generator | None,
+    augment: bool,
+    voxels: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[Sample, np.ndarray]:
     """Grid-sample (and crop) a scan; returns the sample and, per input point, its sample row (−1 if
-    cropped away)."""
-    keep, inverse = grid_sample(scan.xyz, spec.grid)
+    cropped away). ``voxels``: the scan's :func:`grid_sample` at ``spec.grid``, when the caller kept
+    it (it draws no random numbers, so reusing it changes nothing but the time)."""
+    keep, inverse = voxels if voxels is not None else grid_sample(scan.xyz, spec.grid)
     rows = np.arange(len(keep))
     if points is not None and rng is not None:
         rows = crop(scan.xyz[keep], points, rng)
@@ -142,17 +149,35 @@ class TrainResult:
     balance: list[tuple[int, float]] = field(default_factory=list)
     evals: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     seconds: float = 0.0
+    #: Steps trained so far; below ``cfg.steps`` when :func:`train` stopped at its ``deadline``.
+    steps: int = 0
 
 
 class ScanPool:
-    """Training scans generated once per dataset and kept in memory (a few MB each)."""
+    """Training scans generated once per dataset and kept in memory (a few MB each), with their grid
+    samples: grid-sampling a scan costs several times the crop and augmentation drawn from it every
+    step, which at 16k-point crops on a GPU would make the data the bottleneck.
 
-    def __init__(self, datasets: Sequence[str], count: int, split: str = "train") -> None:
-        self.scans = {name: [make_scan(name, i, split) for i in range(count)] for name in datasets}
+    ``load(name, index, split)`` makes a scan (default :func:`make_scan`; the benchmark passes one
+    that reads scans pre-generated on disk, so parallel runs do not each ray-cast the same scenes)."""
+
+    def __init__(
+        self,
+        datasets: Sequence[str],
+        count: int,
+        split: str = "train",
+        *,
+        load: Callable[[str, int, str], Scan] = make_scan,
+    ) -> None:
+        self.scans = {name: [load(name, i, split) for i in range(count)] for name in datasets}
+        self._voxels: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def draw(self, name: str, rng: np.random.Generator, points: int) -> Sample:
-        scans = self.scans[name]
-        return prepare(scans[rng.integers(len(scans))], get_dataset(name), points=points, rng=rng, augment=True)[0]
+        scans, spec = self.scans[name], get_dataset(name)
+        i = int(rng.integers(len(scans)))
+        if (name, i) not in self._voxels:
+            self._voxels[name, i] = grid_sample(scans[i].xyz, spec.grid)
+        return prepare(scans[i], spec, points=points, rng=rng, augment=True, voxels=self._voxels[name, i])[0]
 
 
 def _lr_factor(step: int, cfg: TrainConfig) -> float:
@@ -179,10 +204,17 @@ def train(
     device: torch.device | str = "cpu",
     state_path: Path | None = None,
     checkpoint_every: int = 50,
+    deadline: float | None = None,
 ) -> TrainResult:
     """Train ``model`` in place on ``cfg.datasets``; evaluations every ``eval_every`` steps. With
     ``state_path`` the model, optimiser, random state and curves are saved every
-    ``checkpoint_every`` steps and an interrupted run resumes from there."""
+    ``checkpoint_every`` steps and an interrupted run resumes from there.
+
+    ``device``: where the model and batches live; crops are drawn on the CPU with numpy and the
+    model is initialised by the caller, so a run draws the same data on any device.
+    ``deadline`` (a :func:`time.perf_counter` value): after the step that reaches it, the state is
+    saved and training stops early (``result.steps < cfg.steps``), so a wall-clock-limited run ends
+    cleanly and the next call resumes it."""
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     pool = pool or ScanPool(cfg.datasets, cfg.scenes)
@@ -200,13 +232,16 @@ def train(
     result = TrainResult()
     first = 0
     if state_path is not None and state_path.is_file():
-        state = torch.load(state_path, weights_only=False)
+        # On the CPU first: a state saved on a GPU resumes on a CPU and the reverse (load_state_dict
+        # copies into the parameters' device; the optimiser casts its state to theirs).
+        state = torch.load(state_path, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         rng.bit_generator.state = state["rng"]
         torch.set_rng_state(state["torch_rng"])
         result = state["result"]
         first = state["step"]
+    result.steps = first
     start = time.perf_counter() - result.seconds
     for step in range(first, cfg.steps):
         for group in opt.param_groups:
@@ -231,9 +266,11 @@ def train(
         if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
             result.evals.append((step + 1, evaluate(model, val, device=device)))
             model.train()
+        result.steps = step + 1
         if on_step is not None:
             on_step(step, result)
-        if state_path is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == cfg.steps):
+        stop = deadline is not None and step + 1 < cfg.steps and time.perf_counter() >= deadline
+        if state_path is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == cfg.steps or stop):
             result.seconds = time.perf_counter() - start
             state_path.parent.mkdir(parents=True, exist_ok=True)
             torch.save(
@@ -248,6 +285,8 @@ def train(
                 state_path.with_suffix(".tmp"),
             )
             state_path.with_suffix(".tmp").replace(state_path)  # atomic: a kill mid-save keeps the old state
+        if stop:
+            break
     result.seconds = time.perf_counter() - start
     model.eval()
     return result

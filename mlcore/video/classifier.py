@@ -65,12 +65,15 @@ class Judgement:
 
 @torch.no_grad()
 def judge(model: ClipClassifier, clips: Tensor, digits: Tensor, directions: Tensor, *, batch: int = 256) -> Judgement:
+    """Grade clips and labels from any device: each batch moves to the judge's device (a CPU judge
+    grades clips a GPU generated, and the other way round)."""
     model.eval()
+    device = model.device
     d_hits, m_hits = [], []
     for start in range(0, len(clips), batch):
-        d_logits, m_logits = model(clips[start : start + batch])
-        d_hits.append(d_logits.argmax(-1) == digits[start : start + batch])
-        m_hits.append(m_logits.argmax(-1) == directions[start : start + batch])
+        d_logits, m_logits = model(clips[start : start + batch].to(device))
+        d_hits.append(d_logits.argmax(-1) == digits[start : start + batch].to(device))
+        m_hits.append(m_logits.argmax(-1) == directions[start : start + batch].to(device))
     d, m = torch.cat(d_hits), torch.cat(m_hits)
     static = bool(model.config.static)
     return Judgement(
@@ -80,8 +83,11 @@ def judge(model: ClipClassifier, clips: Tensor, digits: Tensor, directions: Tens
 
 @torch.no_grad()
 def clip_features(model: ClipClassifier, clips: Tensor, *, batch: int = 256) -> np.ndarray:
+    """Judge features [n, width] as float64 numpy, for clips on any device."""
     model.eval()
-    return torch.cat([model.features(clips[s : s + batch]) for s in range(0, len(clips), batch)]).double().numpy()
+    device = model.device
+    features = [model.features(clips[s : s + batch].to(device)) for s in range(0, len(clips), batch)]
+    return torch.cat(features).double().cpu().numpy()
 
 
 def as_batch(clips: np.ndarray) -> Tensor:
@@ -100,10 +106,16 @@ def train_classifier(
     seed: int = 0,
     width: int = 32,
     on_step: Callable[[int, float], None] | None = None,
+    device: torch.device | str = "cpu",
 ) -> tuple[ClipClassifier, Judgement]:
-    """Train on fresh procedural clips each step; return the model and its held-out judgement."""
+    """Train on fresh procedural clips each step; return the model (on ``device``) and its held-out judgement.
+
+    Clips and their augmentation are drawn on the CPU as without a device and then moved, so a CPU
+    run is unchanged. On CUDA, dropout draws from the CUDA generator instead of the global CPU one,
+    so from the first step on the augmentation stream differs from a CPU run's.
+    """
     torch.manual_seed(seed)
-    model = ClipClassifier(width=width, static=static)
+    model = ClipClassifier(width=width, static=static).to(device)
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=lr, total_steps=steps, pct_start=0.1)
     for step in range(steps):
@@ -114,12 +126,12 @@ def train_classifier(
         # Augment (a per-clip ink gain, pixel noise) so the judge generalises to unseen writers and to
         # the slightly soft, noisy strokes a generator draws rather than memorising 1500 glyphs.
         gain = torch.empty(len(x), 1, 1, 1, 1).uniform_(0.6, 1.2)
-        x = (x + 1) * gain - 1 + 0.1 * torch.randn_like(x)
+        x = ((x + 1) * gain - 1 + 0.1 * torch.randn_like(x)).to(device)
         model.train()
         d_logits, m_logits = model(x)
-        loss = F.cross_entropy(d_logits, torch.from_numpy(data.digits))
+        loss = F.cross_entropy(d_logits, torch.from_numpy(data.digits).to(device))
         if not static:
-            loss = loss + F.cross_entropy(m_logits, torch.from_numpy(data.directions))
+            loss = loss + F.cross_entropy(m_logits, torch.from_numpy(data.directions).to(device))
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
         optimiser.step()

@@ -8,10 +8,15 @@
   the predicted velocity).
 - **Held-out loss** on a fixed grid of t with shared noise seeds, so two models are compared on the
   very same (x₀, ε, t) triples (the cards' most sensitive quality signal).
+
+Every procedure runs the model where it lives (CPU or CUDA). Clips, labels and noise are always
+drawn on the CPU from seeded generators and then moved, so a CUDA run sees the same data and the
+same random stream as a CPU run, and a CPU run is bit-identical to one that never heard of devices.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -55,6 +60,9 @@ class TrainConfig:
     #: Decay of an exponential moving average of the weights (DiT samples from it; 0: none). The
     #: average lives in the :func:`make_ema` module that :func:`train` updates after every step.
     ema: float = 0.0
+    #: Run the forward in bfloat16 autocast (CUDA only; elsewhere the flag is ignored, so one config
+    #: serves both). Off by default: the zoo and the benchmark's numbers are float32.
+    autocast_bf16: bool = False
 
 
 @dataclass
@@ -62,6 +70,9 @@ class TrainState:
     step: int = 0
     losses: list[list[float]] = field(default_factory=list)  # [step, rf loss, aux loss]
     cpu_seconds: float = 0.0
+    #: Wall-clock time of the steps (the budget that means something on a GPU, where the process's
+    #: CPU time is mostly launch overhead and waiting).
+    wall_seconds: float = 0.0
 
 
 def rectified_flow_loss(
@@ -94,8 +105,8 @@ def training_batch(config: TrainConfig, step: int) -> tuple[Tensor, Tensor, Tens
     return torch.from_numpy(data.clips).unsqueeze(1), torch.from_numpy(data.digits), torch.from_numpy(data.directions)
 
 
-def aux_total(aux: AuxLosses, config: TrainConfig) -> Tensor:
-    total = torch.zeros(())
+def aux_total(aux: AuxLosses, config: TrainConfig, device: torch.device | str = "cpu") -> Tensor:
+    total = torch.zeros((), device=device)
     for name, weight in (
         ("group_balance", config.group_balance_weight),
         ("expert_balance", config.expert_balance_weight),
@@ -122,7 +133,19 @@ def train(
     ``on_step`` runs after every step (checkpointing, metrics, cancellation: raise to stop);
     ``should_stop`` ends training early (e.g. a CPU-time budget) with the state intact; ``ema``
     (:func:`make_ema`) is updated after every optimiser step.
+
+    The model may live on any device: each batch and its noise are drawn on the CPU exactly as
+    without one and moved there, so a CUDA run consumes the same random stream (its numbers still
+    differ in the last bits: other kernels, and other attention paths for the sparse patterns).
     """
+    device = model.device
+    # bf16 autocast only when asked and only on CUDA; nullcontext keeps the CPU path free of any
+    # autocast machinery, so CPU runs stay bit-identical.
+    autocast = (
+        (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
+        if config.autocast_bf16 and device.type == "cuda"
+        else contextlib.nullcontext
+    )
     state = state or TrainState()
     optimiser = optimiser or make_optimiser(model, config)
     modes = config.attention_modes or (model.config.attention,)
@@ -133,21 +156,23 @@ def train(
     while state.step < config.steps:
         if should_stop is not None and should_stop(state):
             break
-        started = time.process_time()
+        started, wall_started = time.process_time(), time.perf_counter()
         step = state.step
         for group in optimiser.param_groups:
             group["lr"] = config.lr * min(1.0, (step + 1) / max(1, config.warmup))
-        x0, digits, directions = training_batch(config, step)
+        x0, digits, directions = (part.to(device) for part in training_batch(config, step))
+        # Drawn on the CPU in this order whatever the device (the generator stays on the CPU).
         gen = torch.Generator().manual_seed(config.seed * 7_919 + step)
-        drop = torch.rand(len(x0), generator=gen) < config.cond_drop
+        drop = (torch.rand(len(x0), generator=gen) < config.cond_drop).to(device)
         digits = torch.where(drop, model.null_digit, digits)
         directions = torch.where(drop, model.null_direction, directions)
-        t = torch.sigmoid(torch.randn(len(x0), generator=gen))  # logit-normal(0, 1)
-        noise = torch.randn(x0.shape, generator=gen)
+        t = torch.sigmoid(torch.randn(len(x0), generator=gen)).to(device)  # logit-normal(0, 1)
+        noise = torch.randn(x0.shape, generator=gen).to(device)
         aux = AuxLosses()
         mode = modes[step % len(modes)]
-        rf = rectified_flow_loss(model, x0, digits, directions, t, noise, attention=mode, aux=aux).mean()  # type: ignore[arg-type]
-        extra = aux_total(aux, config)
+        with autocast():
+            rf = rectified_flow_loss(model, x0, digits, directions, t, noise, attention=mode, aux=aux).mean()  # type: ignore[arg-type]
+            extra = aux_total(aux, config, device)
         loss = rf + extra
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
@@ -156,8 +181,10 @@ def train(
         if ema is not None:
             ema.update_parameters(model)
         state.step += 1
+        # float() waits for the device, so the wall time below is the step's real time.
         state.losses.append([step, float(rf.detach()), float(extra.detach())])
         state.cpu_seconds += time.process_time() - started
+        state.wall_seconds += time.perf_counter() - wall_started
         if on_step is not None:
             on_step(state)
     return state
@@ -198,9 +225,21 @@ def save_state(
 
 
 def load_state(
-    path: Path, model: VideoDiT, optimiser: torch.optim.Optimizer, ema: AveragedModel | None = None
+    path: Path,
+    model: VideoDiT,
+    optimiser: torch.optim.Optimizer,
+    ema: AveragedModel | None = None,
+    *,
+    map_location: torch.device | str = "cpu",
 ) -> TrainState:
-    saved = torch.load(path, map_location="cpu", weights_only=False)
+    """Resume from :func:`save_state` into a model (and its optimiser and average) on any device.
+
+    Build the model, move it to its device, then make the optimiser and the average, then call
+    this. The default ``map_location`` reads a state written on a GPU on a CPU-only machine;
+    ``load_state_dict`` then copies the weights onto the model's device and the optimiser moves
+    its moments next to their parameters, so one state.pt resumes across devices either way.
+    """
+    saved = torch.load(path, map_location=map_location, weights_only=False)
     model.load_state_dict(saved["model"])
     optimiser.load_state_dict(saved["optimiser"])
     if ema is not None:
@@ -222,8 +261,12 @@ def heldout_loss(
     seed: int = 12345,
     batch: int = 32,
 ) -> dict[str, float]:
-    """Mean RF loss on held-out glyphs at each t in :data:`HELDOUT_T`, with shared noise; plus the mean."""
+    """Mean RF loss on held-out glyphs at each t in :data:`HELDOUT_T`, with shared noise; plus the mean.
+
+    Clips and noise are drawn on the CPU and moved batch by batch to the model's device.
+    """
     model.eval()
+    device = model.device
     data = bouncing_digits(clips, frames=frames, size=size, split="test", seed=seed, static=static)
     x0 = torch.from_numpy(data.clips).unsqueeze(1)
     digits, directions = torch.from_numpy(data.digits), torch.from_numpy(data.directions)
@@ -232,15 +275,15 @@ def heldout_loss(
     for t_value in HELDOUT_T:
         losses = []
         for s in range(0, clips, batch):
-            t = torch.full((len(x0[s : s + batch]),), t_value)
+            t = torch.full((len(x0[s : s + batch]),), t_value, device=device)
             losses.append(
                 rectified_flow_loss(
                     model,
-                    x0[s : s + batch],
-                    digits[s : s + batch],
-                    directions[s : s + batch],
+                    x0[s : s + batch].to(device),
+                    digits[s : s + batch].to(device),
+                    directions[s : s + batch].to(device),
                     t,
-                    noise[s : s + batch],
+                    noise[s : s + batch].to(device),
                     attention=attention,
                 )
             )
@@ -266,8 +309,9 @@ def generate(
 ) -> Tensor:
     """Sample clips [B, 1, F, H, W] in [−1, 1] for the requested labels with CFG and Euler flow matching.
 
-    ``on_step(i, steps)`` runs before every sampling step; raising there (cancellation) stops the
-    loop within one step.
+    The clips come back on the model's device; the starting noise is drawn on the CPU, so a seed
+    gives the same start on every device. ``on_step(i, steps)`` runs before every sampling step;
+    raising there (cancellation) stops the loop within one step.
     """
     from diffusers import FlowMatchEulerDiscreteScheduler
 

@@ -7,6 +7,14 @@ checkpoint to ``mlcore/zoo/checkpoints/NAME/`` (fp16 safetensors, config, ``trai
 ``RECIPE.md``, ``manifest.json`` with sha256s). Training stops at the recipe's step count or its
 CPU-time budget, whichever comes first; ``--cpu-minutes 0`` exports what the saved state holds.
 
+``--device cuda`` trains (and evaluates) on a GPU; the CPU-time budget then applies only when
+``--cpu-minutes`` is given, since a GPU process's CPU time is mostly launch overhead and waiting.
+``--wall-minutes N`` bounds this run's training by the wall clock (checked before every step, on
+any device; evaluation and export follow), so a lent GPU with a fixed time slot can train, grade
+and export in one command. The state in ``workdir/state.pt`` resumes on either device, and the
+exported checkpoint is written from the CPU in float16 whatever the device. Log lines and metrics
+carry the wall seconds and the device.
+
 The DiT trains with the attention pattern cycled step by step over full / MoGA + local / local, so
 one checkpoint serves every pattern of the ``video-generate`` job (see the guide there).
 """
@@ -100,29 +108,46 @@ def write_manifest(target: Path, recipe: Any, command: str, metrics: dict[str, A
     (target / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
-def train_judge(recipe: JudgeRecipe, target: Path, workdir: Path) -> dict[str, Any]:
+def train_judge(recipe: JudgeRecipe, target: Path, workdir: Path, *, device: str = "cpu") -> dict[str, Any]:
     import torch
 
     from mlcore.video.classifier import train_classifier
 
     workdir.mkdir(parents=True, exist_ok=True)
     log = (workdir / "train_log.jsonl").open("w")
-    started = time.process_time()
+    started, wall_started = time.process_time(), time.perf_counter()
 
     def on_step(step: int, loss: float) -> None:
         if step % 20 == 0:
-            log.write(json.dumps({"step": step, "loss": round(loss, 5)}) + "\n")
+            entry = {
+                "step": step,
+                "loss": round(loss, 5),
+                "wall_seconds": round(time.perf_counter() - wall_started, 1),
+                "device": str(device),
+            }
+            log.write(json.dumps(entry) + "\n")
             log.flush()
 
     model, result = train_classifier(
-        steps=recipe.steps, batch=recipe.batch_size, lr=recipe.lr, seed=recipe.seed, width=recipe.width, on_step=on_step
+        steps=recipe.steps,
+        batch=recipe.batch_size,
+        lr=recipe.lr,
+        seed=recipe.seed,
+        width=recipe.width,
+        on_step=on_step,
+        device=device,
     )
     log.close()
-    metrics = {**asdict(result), "cpu_seconds": round(time.process_time() - started, 1)}
+    metrics = {
+        **asdict(result),
+        "cpu_seconds": round(time.process_time() - started, 1),
+        "wall_seconds": round(time.perf_counter() - wall_started, 1),
+        "device": str(device),
+    }
     print(json.dumps(metrics))
     if target.exists():
         shutil.rmtree(target)
-    model.to(torch.float16).save_pretrained(target)
+    model.to(device="cpu", dtype=torch.float16).save_pretrained(target)
     shutil.copy2(workdir / "train_log.jsonl", target / "train_log.jsonl")
     write_manifest(target, recipe, f"python -m mlcore.video.zoo train {recipe.name}", metrics)
     return metrics
@@ -183,8 +208,16 @@ def grade(
 
 
 def train_dit(
-    recipe: VideoDiTRecipe, target: Path, workdir: Path, *, cpu_minutes: float | None = None
+    recipe: VideoDiTRecipe,
+    target: Path,
+    workdir: Path,
+    *,
+    cpu_minutes: float | None = None,
+    wall_minutes: float | None = None,
+    device: str = "cpu",
 ) -> dict[str, Any]:
+    """Train (resuming ``workdir/state.pt``), grade and export the DiT; see the module docstring for
+    the budgets. ``wall_minutes`` counts from this call's start, not across resumes."""
     import torch
 
     from mlcore.video.dit import VideoDiT
@@ -198,9 +231,12 @@ def train_dit(
         train,
     )
 
+    wall_started = time.perf_counter()
     workdir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(recipe.seed)
-    model = VideoDiT(**recipe.model)
+    # Initialised on the CPU and then moved, so every device starts from the same weights; the
+    # optimiser and the moving average are made after the move, on the model's device.
+    model = VideoDiT(**recipe.model).to(device)
     config = TrainConfig(
         steps=recipe.steps,
         batch_size=recipe.batch_size,
@@ -213,9 +249,14 @@ def train_dit(
     optimiser = make_optimiser(model, config)
     ema = make_ema(model, config)
     state_path = workdir / "state.pt"
-    state = load_state(state_path, model, optimiser, ema) if state_path.exists() else None
-    budget = 60 * (recipe.cpu_minutes if cpu_minutes is None else cpu_minutes)
+    state = load_state(state_path, model, optimiser, ema, map_location="cpu") if state_path.exists() else None
+    on_cpu = torch.device(device).type == "cpu"
+    cpu_budget = 60 * (recipe.cpu_minutes if cpu_minutes is None else cpu_minutes)
+    if cpu_minutes is None and not on_cpu:
+        cpu_budget = float("inf")
+    wall_budget = float("inf") if wall_minutes is None else 60 * wall_minutes
     log_path = workdir / "train_log.jsonl"
+    log_path.touch()  # a run that stops before its first logged step still exports a (short) log
 
     def on_step(state: Any) -> None:
         if state.step % recipe.checkpoint_every == 0 or state.step == config.steps:
@@ -225,6 +266,8 @@ def train_dit(
                 "rf_loss": round(sum(r[1] for r in window) / len(window), 5),
                 "aux_loss": round(sum(r[2] for r in window) / len(window), 5),
                 "cpu_seconds": round(state.cpu_seconds, 1),
+                "wall_seconds": round(state.wall_seconds, 1),
+                "device": str(device),
             }
             with log_path.open("a") as log:
                 log.write(json.dumps(entry) + "\n")
@@ -237,14 +280,19 @@ def train_dit(
         state=state,
         optimiser=optimiser,
         on_step=on_step,
-        should_stop=lambda s: s.cpu_seconds >= budget,
+        should_stop=lambda s: s.cpu_seconds >= cpu_budget or time.perf_counter() - wall_started >= wall_budget,
         ema=ema,
     )
     save_state(state_path, model, optimiser, state, config, ema)
     if ema is not None:
         model.load_state_dict(ema.module.state_dict())
-    judge = load_judge()
-    metrics: dict[str, Any] = {"steps": state.step, "cpu_seconds": round(state.cpu_seconds, 1)}
+    judge = load_judge().to(device)
+    metrics: dict[str, Any] = {
+        "steps": state.step,
+        "cpu_seconds": round(state.cpu_seconds, 1),
+        "wall_seconds": round(state.wall_seconds, 1),
+        "device": str(device),
+    }
     for mode in ("full", "moga", "local"):
         metrics[f"heldout_rf_loss_{mode}"] = round(heldout_loss(model, attention=mode)["mean"], 5)  # type: ignore[arg-type]
         metrics[f"generated_{mode}"] = grade(
@@ -258,7 +306,7 @@ def train_dit(
         print(mode, metrics[f"heldout_rf_loss_{mode}"], metrics[f"generated_{mode}"], flush=True)
     if target.exists():
         shutil.rmtree(target)
-    model.to(torch.float16).save_pretrained(target)
+    model.to(device="cpu", dtype=torch.float16).save_pretrained(target)
     shutil.copy2(log_path, target / "train_log.jsonl")
     write_manifest(target, recipe, f"python -m mlcore.video.zoo train {recipe.name}", metrics)
     return metrics
@@ -277,16 +325,32 @@ def build_video_judge(target: Path) -> None:
     copy_committed("video-judge", target)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mlcore.video.zoo")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train a recipe (resumes) and export its checkpoint")
     train.add_argument("name", choices=sorted(RECIPES))
     train.add_argument("--threads", type=int, default=1)
-    train.add_argument("--cpu-minutes", type=float, default=None, help="override the DiT's CPU budget (0: export now)")
+    train.add_argument(
+        "--cpu-minutes",
+        type=float,
+        default=None,
+        help="override the DiT's CPU budget (0: export now; on CPU the recipe's budget is the default)",
+    )
+    train.add_argument(
+        "--wall-minutes",
+        type=float,
+        default=None,
+        help="wall-clock budget of this run's DiT training, checked every step (0: export now)",
+    )
+    train.add_argument("--device", default="cpu", help="torch device to train and evaluate on (cpu, cuda, cuda:1)")
     train.add_argument("--workdir", type=Path, default=None)
     train.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -294,9 +358,11 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or ROOT / "var" / "zoo" / recipe.name
     target = args.out or CHECKPOINTS / recipe.name
     if isinstance(recipe, JudgeRecipe):
-        train_judge(recipe, target, workdir)
+        train_judge(recipe, target, workdir, device=args.device)
     else:
-        train_dit(recipe, target, workdir, cpu_minutes=args.cpu_minutes)
+        train_dit(
+            recipe, target, workdir, cpu_minutes=args.cpu_minutes, wall_minutes=args.wall_minutes, device=args.device
+        )
     print(f"checkpoint written to {target}")
     return 0
 

@@ -6,6 +6,10 @@ strength up to ``strength`` × its maximum, so the curriculum can ramp them in. 
 stand-in (Shin & Song 2017): 8×8 block DCT of YCbCr, division by libjpeg's quality-scaled tables
 and a straight-through rounding (the forward pass rounds, the backward pass is the identity).
 Kornia, which the card mentions, is not needed for these few operations.
+
+The randomness (which distortion, its strength, noise, erased squares) always comes from the CPU
+generator ``g``; the tensors it produces are moved to the images' device, so a batch on a GPU gets
+the same distortions it would on the CPU.
 """
 
 from __future__ import annotations
@@ -148,13 +152,15 @@ def _affine(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
 def resized_crop(x: torch.Tensor, scale: float, cx: float = 0.0, cy: float = 0.0) -> torch.Tensor:
     """Keep a square covering ``scale`` of the side (offset cx, cy in [-1, 1] of the slack), resize back."""
     slack = 1 - scale
-    theta = torch.tensor([[scale, 0, cx * slack], [0, scale, cy * slack]], dtype=x.dtype)
+    theta = torch.tensor([[scale, 0, cx * slack], [0, scale, cy * slack]], dtype=x.dtype, device=x.device)
     return _affine(x, theta[None])
 
 
 def rotate(x: torch.Tensor, degrees: float) -> torch.Tensor:
     a = math.radians(degrees)
-    theta = torch.tensor([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0]], dtype=x.dtype)
+    theta = torch.tensor(
+        [[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0]], dtype=x.dtype, device=x.device
+    )
     return _affine(x, theta[None])
 
 
@@ -207,7 +213,7 @@ AUGMENTATIONS: dict[str, Augmentation] = {
     "rotate": lambda x, s, g: rotate(x, s * _uniform(g, -30, 30)),
     "resize": lambda x, s, g: resize(x, 1 - s * _uniform(g, 0, 0.5)),
     "blur": lambda x, s, g: gaussian_blur(x, 0.3 + s * _uniform(g, 0, 0.9)),
-    "noise": lambda x, s, g: (x + torch.randn(x.shape, generator=g) * 2 * s * _uniform(g, 0, 0.06)).clamp(-1, 1),
+    "noise": lambda x, s, g: (x + torch.randn(x.shape, generator=g).to(x) * 2 * s * _uniform(g, 0, 0.06)).clamp(-1, 1),
     "color": lambda x, s, g: brightness_contrast(x, 1 + s * _uniform(g, -0.3, 0.6), 1 + s * _uniform(g, -0.3, 0.6)),
     "erase": lambda x, s, g: erase(x, s * _uniform(g, 0, 0.25), g),
 }
@@ -222,7 +228,7 @@ def random_distortion(x: torch.Tensor, *, strength: float, p: float, g: torch.Ge
     choice = torch.randint(0, len(names), (len(x),), generator=g)
     out = x.clone()
     for i, name in enumerate(names):
-        idx = torch.nonzero((choice == i) & ~clean).flatten()
+        idx = torch.nonzero((choice == i) & ~clean).flatten().to(x.device)
         if len(idx):
             out[idx] = AUGMENTATIONS[name](x[idx], strength, g)
     return out

@@ -10,6 +10,10 @@ Sampling is the textbook latent-diffusion loop (Rombach et al. 2022, section 3.3
 ``scheduler.step`` down to z_0, then x = D(z_0 / scaling_factor). With markers attached to the
 decoder (:mod:`mlcore.watermark.markers`) the same call yields watermarked images; the latent
 model itself is never touched, which is MOLM's point (zero extra inference cost).
+
+A generator loads on the CPU; :meth:`Generator.to` moves its models to another device. Its methods
+accept tensors on any device and compute where the models are; sampling noise is drawn from a
+seeded CPU generator and moved, so a seed gives the same latents' starting points everywhere.
 """
 
 from __future__ import annotations
@@ -105,17 +109,29 @@ class Generator:
     def scaling_factor(self) -> float:
         return float(self.vae.config.scaling_factor)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the VAE (and the UNet, moved with it by :meth:`to`) computes."""
+        return self.vae.device
+
+    def to(self, device: torch.device | str) -> Generator:
+        """Move the VAE and the UNet to ``device`` (in place, like ``nn.Module.to``); returns self."""
+        self.vae.to(device)
+        if self.unet is not None:
+            self.unet.to(device)
+        return self
+
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Unscaled VAE latents → images in [-1, 1] (markers, if attached and keyed, act here)."""
-        return self.vae.decode(latents).sample.clamp(-1, 1)
+        """Unscaled VAE latents → images in [-1, 1], on the generator's device (keyed markers act here)."""
+        return self.vae.decode(latents.to(self.device)).sample.clamp(-1, 1)
 
     def encode(self, images: torch.Tensor) -> torch.Tensor:
-        """Images in [-1, 1] → the posterior mean latents (unscaled)."""
-        return self.vae.encode(images).latent_dist.mean
+        """Images in [-1, 1] → the posterior mean latents (unscaled), on the generator's device."""
+        return self.vae.encode(images.to(self.device)).latent_dist.mean
 
     @torch.no_grad()
     def sample_latents(self, n: int, *, seed: int, steps: int = 20, batch_size: int = 256) -> torch.Tensor:
-        """``n`` unscaled latents from the latent model: z_T ~ N(0, I) stepped down by the scheduler."""
+        """``n`` unscaled latents from the latent model (on its device): z_T ~ N(0, I) stepped down by the scheduler."""
         if self.unet is None or self.scheduler is None:
             raise GeneratorError("this generator has no latent model (unet/ and scheduler/); it can only decode")
         config = self.unet.config
@@ -124,7 +140,7 @@ class Generator:
         out = []
         for start in range(0, n, batch_size):
             count = min(batch_size, n - start)
-            z = torch.randn((count, config.in_channels, size, size), generator=generator)
+            z = torch.randn((count, config.in_channels, size, size), generator=generator).to(self.device)
             z = z * float(getattr(self.scheduler, "init_noise_sigma", 1.0))
             self.scheduler.set_timesteps(steps)
             for t in self.scheduler.timesteps:

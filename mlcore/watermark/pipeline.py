@@ -4,6 +4,9 @@ A ``watermark-markers`` directory (the zoo's ``molm-tiny``, or one a ``watermark
 registered) holds the generator (``vae/``, optionally ``unet/`` + ``scheduler/``), ``markers/``,
 ``extractor/``, ``card.json`` and optionally ``ae2/`` (an independently trained autoencoder used
 only by the regeneration attack).
+
+A bundle loads on the CPU; ``load_bundle(..., device=...)`` or :meth:`Bundle.to` moves every model.
+The procedures here take and return CPU data (latents on any device, uint8 arrays, numpy bits).
 """
 
 from __future__ import annotations
@@ -36,9 +39,18 @@ class Bundle:
     def num_bits(self) -> int:
         return self.markers.num_bits
 
+    def to(self, device: torch.device | str) -> Bundle:
+        """Every model of the bundle on ``device`` (in place); returns self. The markers follow the VAE they hook."""
+        self.generator.to(device)
+        self.markers.to(device)
+        self.extractor.to(device)
+        if self.independent_vae is not None:
+            self.independent_vae.to(device)
+        return self
 
-def load_bundle(folder: Path, *, need_unet: bool = False) -> Bundle:
-    """Everything in a watermark-markers directory, markers attached to the decoder; ``GeneratorError`` if not."""
+
+def load_bundle(folder: Path, *, need_unet: bool = False, device: torch.device | str = "cpu") -> Bundle:
+    """Everything in a watermark-markers directory on ``device``, markers attached; ``GeneratorError`` if not."""
     folder = Path(folder)
     for part in ("markers", "extractor"):
         if not (folder / part / "config.json").is_file():
@@ -56,7 +68,8 @@ def load_bundle(folder: Path, *, need_unet: bool = False) -> Bundle:
         )
     card = json.loads((folder / "card.json").read_text()) if (folder / "card.json").is_file() else {}
     ae2 = load_vae(folder / "ae2") if (folder / "ae2" / "config.json").is_file() else None
-    return Bundle(generator=generator, markers=markers, extractor=extractor, card=card, independent_vae=ae2)
+    bundle = Bundle(generator=generator, markers=markers, extractor=extractor, card=card, independent_vae=ae2)
+    return bundle.to(device)
 
 
 @torch.no_grad()
@@ -85,7 +98,8 @@ def read_bits(extractor: Extractor, pixels: np.ndarray, *, batch_size: int = 512
     extractor.eval()
     out = []
     for start in range(0, len(pixels), batch_size):
-        out.append(torch.sigmoid(extractor(from_uint8(pixels[start : start + batch_size]))).numpy())
+        batch = from_uint8(pixels[start : start + batch_size]).to(extractor.device)
+        out.append(torch.sigmoid(extractor(batch)).cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, extractor.num_bits), np.float32)
 
 

@@ -11,6 +11,10 @@ Shared by the ``watermark-robustness`` job and ``make bench-watermark``. Steps:
 4. For every attack: bit accuracy against the image's own key and TPR at both τ, with 95 % intervals.
 5. Averaging removal and forgery for several N; a black-box query attack on the score.
 6. The same distortions against invisible-watermark's DWT-DCT (calibrated its own way).
+
+The suite runs wherever the bundle's models are (:meth:`~mlcore.watermark.pipeline.Bundle.to`):
+generation, extraction and the regeneration attacks on that device, everything on uint8 images
+(the other attacks, calibration, DWT-DCT) on the CPU, as before.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import torch
 
 from mlcore.watermark import attacks as A
 from mlcore.watermark.calibration import Threshold, binomial_threshold, calibrate, matched_bits, rate_at
-from mlcore.watermark.generator import from_uint8
+from mlcore.watermark.generator import Generator, from_uint8
 from mlcore.watermark.pipeline import Bundle, decode_under_keys, read_bits
 from mlcore.watermark.quality import psnr, ssim
 
@@ -58,22 +62,54 @@ class SuiteResult:
     examples: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+class _InputsTo:
+    """``target`` with the tensor arguments of ``methods`` moved to ``device`` first; all else passes through.
+
+    The regeneration attacks build their tensors on the CPU from uint8 pixels (and the diffusion one
+    its noise from a numpy generator); seen through this, the models they call may live on a GPU.
+    """
+
+    def __init__(self, target: Any, device: torch.device, methods: tuple[str, ...]) -> None:
+        self._target, self._device, self._methods = target, device, methods
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if name not in self._methods:
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return attr(*map(self._moved, args), **{k: self._moved(v) for k, v in kwargs.items()})
+
+        return call
+
+    def _moved(self, value: Any) -> Any:
+        return value.to(self._device) if isinstance(value, torch.Tensor) else value
+
+
 def attack_catalogue(bundle: Bundle) -> list[A.Attack]:
     """Every image attack available for this bundle (regenerations need their models)."""
+    generator, own, independent = bundle.generator, bundle.generator.vae, bundle.independent_vae
+    device = generator.device
+    if device.type != "cpu":
+        own = _InputsTo(own, device, ("encode", "decode"))
+        if independent is not None:
+            independent = _InputsTo(independent, device, ("encode", "decode"))
+        if generator.unet is not None:
+            # Generator.encode/decode move their inputs already; the scheduler must add CPU noise to device latents.
+            scheduler = _InputsTo(generator.scheduler, device, ("add_noise",))
+            generator = Generator(vae=generator.vae, unet=generator.unet, scheduler=scheduler)
     catalogue = A.distortions()
-    catalogue.append(
-        A.regeneration(bundle.generator.vae, name="regen-own-vae", label="Regeneration through the generator's VAE")
-    )
-    if bundle.independent_vae is not None:
+    catalogue.append(A.regeneration(own, name="regen-own-vae", label="Regeneration through the generator's VAE"))
+    if independent is not None:
         catalogue.append(
             A.regeneration(
-                bundle.independent_vae,
+                independent,
                 name="regen-independent-ae",
                 label="Regeneration through an independently trained AE",
             )
         )
-    if bundle.generator.unet is not None:
-        catalogue.append(A.diffusion_regeneration(bundle.generator))
+    if generator.unet is not None:
+        catalogue.append(A.diffusion_regeneration(generator))
     return catalogue
 
 

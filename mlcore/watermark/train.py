@@ -12,6 +12,11 @@ The schedule is the card's CPU curriculum (section 4): the key loss alone and no
 the first ``key_only_fraction`` of the steps (the paper uses 2,000 steps of key loss only), then λ
 and the distortion strength ramp linearly to their targets over ``ramp_fraction``. Latents are the
 VAE's encodings of seeded photo crops; the frozen decodes are computed once.
+
+``device``, ``bf16`` and ``deadline`` behave as in :mod:`mlcore.watermark.pretrain`: indices, keys and
+distortion parameters are drawn from the CPU generator ``g`` exactly as before (a CPU run is
+unchanged; a GPU run trains on the same sequence), the latent pool lives on the device, and
+``state.pt`` holds CPU tensors.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from mlcore.watermark.augment import random_distortion
 from mlcore.watermark.extractor import Extractor
 from mlcore.watermark.generator import Generator
 from mlcore.watermark.markers import Markers
+from mlcore.watermark.pretrain import WallBudgetSpent, autocast, cpu_state, device_of, past
 from mlcore.watermark.quality import imperceptibility, psnr, ssim
 
 Log = Callable[[dict[str, Any]], None]
@@ -77,11 +83,11 @@ class MolmResult:
 
 
 def latent_pool(generator: Generator, n: int, *, seed: int, split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
-    """(latents, frozen decodes) of ``n`` seeded crops: the training (or held-out) inputs of MOLM."""
+    """(latents, frozen decodes) of ``n`` seeded crops, on the generator's device: MOLM's training (held-out) inputs."""
     from mlcore.data.images import image_crops
     from mlcore.watermark.generator import from_uint8
 
-    pixels = from_uint8(image_crops(n, generator.image_size, seed=seed, split=split))
+    pixels = from_uint8(image_crops(n, generator.image_size, seed=seed, split=split)).to(generator.vae.device)
     with torch.no_grad():
         z = torch.cat([generator.encode(pixels[i : i + 256]) for i in range(0, n, 256)])
         x = torch.cat([generator.decode(z[i : i + 256]) for i in range(0, n, 256)])
@@ -113,7 +119,7 @@ def evaluate(
     bits = (extractor(x) > 0).float()
     extractor.train(was)
     return {
-        "bit_accuracy": (bits == keys).float().mean().item(),
+        "bit_accuracy": (bits == keys.to(bits.device)).float().mean().item(),
         "psnr": psnr(x, frozen).item(),
         "ssim": ssim(x, frozen).item(),
     }
@@ -132,12 +138,24 @@ def train_molm(
     on_step: Callable[[int, MolmResult], None] | None = None,
     markers: Markers | None = None,
     extractor: Extractor | None = None,
+    device: torch.device | str | None = None,
+    bf16: bool = False,
+    deadline: float | None = None,
 ) -> MolmResult:
     """Train markers for ``generator``'s decoder and an extractor (resumes from ``workdir/state.pt``).
 
     ``markers``/``extractor`` continue from trained ones (fine-tuning at another λ); otherwise new.
+    ``device`` (default: the generator's) receives the generator, the markers and the extractor — the
+    caller's objects are moved in place. Raises :class:`~mlcore.watermark.pretrain.WallBudgetSpent`
+    (state saved when there is a ``workdir``) once ``deadline`` has passed.
     """
+    device = device_of(generator.vae, device)
     torch.manual_seed(config.seed)
+    # Module by module rather than a Generator method: a process that imported an older generator.py
+    # (a long benchmark run) must be able to import this module and call it.
+    for module in (generator.vae, generator.unet):
+        if module is not None:
+            module.to(device)
     if markers is None:
         markers = Markers.for_vae(
             generator.vae,
@@ -148,11 +166,13 @@ def train_molm(
             bitwise_init=config.bitwise_init,
             shift_scale=config.shift_scale,
         )
+    markers.to(device)  # initialised on the CPU above (the same draws on every device), then moved
     markers.attach(generator.vae)
     if extractor is None:
         extractor = Extractor(
             num_bits=markers.num_bits, image_size=generator.image_size, linear_readout=config.linear_readout
         )
+    extractor.to(device)
     optimizer = torch.optim.AdamW(
         [
             {"params": markers.parameters(), "lr": config.lr_markers, "weight_decay": 0.0},
@@ -166,37 +186,64 @@ def train_molm(
         state = torch.load(state_path, map_location="cpu", weights_only=False)
         markers.load_state_dict(state["markers"])
         extractor.load_state_dict(state["extractor"])
-        optimizer.load_state_dict(state["optimizer"])
+        optimizer.load_state_dict(state["optimizer"])  # moves its moments to the parameters' device
         result.history = state["history"]
         start = int(state["step"])
+    saved = start
+
+    def save(step: int) -> None:
+        if state_path is None:
+            return
+        state_path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(
+            {
+                "markers": cpu_state(markers.state_dict()),
+                "extractor": cpu_state(extractor.state_dict()),
+                "optimizer": cpu_state(optimizer.state_dict()),
+                "history": result.history,
+                "step": step,
+            },
+            state_path.with_suffix(".tmp"),
+        )
+        state_path.with_suffix(".tmp").replace(state_path)
+
     latents, frozen = latent_pool(generator, config.pool, seed=config.seed + 1000)
     held_z, held_x = latent_pool(generator, config.eval_images, seed=config.seed + 2000, split="test")
     g = torch.Generator().manual_seed(config.seed * 7919 + start)
     base_lrs = [config.lr_markers, config.lr_extractor]  # not the resumed groups' decayed values
     extractor.train()
     clock = time.perf_counter()
-    running: dict[str, list[float]] = {"loss_key": [], "loss_imp": [], "train_bit_accuracy": []}
+    # Detached tensors, read back only at evaluation: a .item() per step would stall a GPU every step.
+    running: dict[str, list[torch.Tensor]] = {"loss_key": [], "loss_imp": [], "train_bit_accuracy": []}
     for step in range(start, config.steps):
+        if past(deadline):
+            if step > saved:
+                save(step)
+            raise WallBudgetSpent("molm", step, config.steps)
         lam, strength = config.schedule(step)
         decay = 0.5 * (1 + math.cos(math.pi * step / config.steps)) * 0.9 + 0.1  # cosine to 10 %
         for group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
             group["lr"] = lr * decay
         idx = torch.randint(0, len(latents), (config.batch_size,), generator=g)
         keys = markers.random_keys(config.batch_size, g)  # a fresh key per image, every step
-        with markers.keyed(keys):
+        idx, target = idx.to(device), keys.to(device)
+        with markers.keyed(keys), autocast(device, bf16):
             marked = generator.vae.decode(latents[idx]).sample.clamp(-1, 1)
+        marked = marked.float()  # distortions (the JPEG's rounding above all) and losses in float32
         distorted = random_distortion(marked, strength=strength, p=config.aug_p, g=g)
-        logits = extractor(distorted)
-        loss_key = F.binary_cross_entropy_with_logits(logits, keys)
+        with autocast(device, bf16):
+            logits = extractor(distorted)
+        logits = logits.float()
+        loss_key = F.binary_cross_entropy_with_logits(logits, target)
         loss_imp = imperceptibility(marked, frozen[idx])
         loss = loss_key + lam * loss_imp
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([*markers.parameters(), *extractor.parameters()], 5.0)
         optimizer.step()
-        running["loss_key"].append(loss_key.item())
-        running["loss_imp"].append(loss_imp.item())
-        running["train_bit_accuracy"].append(((logits > 0).float() == keys).float().mean().item())
+        running["loss_key"].append(loss_key.detach())
+        running["loss_imp"].append(loss_imp.detach())
+        running["train_bit_accuracy"].append(((logits.detach() > 0).float() == target).float().mean())
         last = step + 1 == config.steps
         if (step + 1) % config.eval_every == 0 or last:
             row: dict[str, Any] = {
@@ -205,7 +252,9 @@ def train_molm(
                 "lam": round(lam, 4),
                 "strength": round(strength, 3),
             }
-            row.update({k: round(sum(v) / max(1, len(v)), 4) for k, v in running.items()})
+            for k, v in running.items():
+                values = [t.item() for t in v]
+                row[k] = round(sum(values) / max(1, len(values)), 4)
             row.update(
                 {
                     f"heldout_{k}": round(v, 4)
@@ -216,19 +265,9 @@ def train_molm(
             result.history.append(row)
             log(row)
             running = {k: [] for k in running}
-        if state_path is not None and ((step + 1) % config.checkpoint_every == 0 or last):
-            state_path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(
-                {
-                    "markers": markers.state_dict(),
-                    "extractor": extractor.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "history": result.history,
-                    "step": step + 1,
-                },
-                state_path.with_suffix(".tmp"),
-            )
-            state_path.with_suffix(".tmp").replace(state_path)
+        if (step + 1) % config.checkpoint_every == 0 or last:
+            save(step + 1)
+            saved = step + 1
         if on_step is not None:
             on_step(step, result)
     extractor.eval()
@@ -238,10 +277,15 @@ def train_molm(
 
 
 def save_molm(result: MolmResult, folder: Path) -> None:
-    """``markers/``, ``extractor/`` (diffusers ``save_pretrained``) and ``card.json`` with the figures."""
+    """``markers/``, ``extractor/`` (diffusers ``save_pretrained``) and ``card.json`` with the figures.
+
+    The weights are written from the CPU (safetensors, as always); the modules return to their device after.
+    """
     folder.mkdir(parents=True, exist_ok=True)
-    result.markers.save_pretrained(folder / "markers")
-    result.extractor.save_pretrained(folder / "extractor")
+    for name, module in (("markers", result.markers), ("extractor", result.extractor)):
+        device = module.device
+        module.to("cpu").save_pretrained(folder / name)
+        module.to(device)
     markers = result.markers
     card = {
         "num_bits": markers.num_bits,

@@ -12,6 +12,16 @@
    (sha256 of every file) into ``mlcore/zoo/checkpoints/molm/``.
 
 Every stage's budget is a step count fixed here, so the recipe is data, not a judgement call.
+
+Where and how long it runs is not part of the recipe (:class:`Runtime`): ``--device cuda`` trains
+every stage there (the same batches, keys and distortions as on the CPU; checkpoints are always
+saved from CPU tensors, so a run resumes on any device), ``--bf16`` autocasts the forward passes,
+and ``--wall-minutes M`` is one wall-clock deadline for the whole command, checked before every
+step of every stage: when it passes, the running stage saves its ``state.pt`` and the command
+exits with status 3 — run it again to resume. ``--steps`` / ``--batch-size`` override the MOLM
+stage's (longer, larger runs on a GPU) and the exported card records them; ``--out`` exports
+elsewhere. Every log line carries the device and the seconds since the command started
+(``wall_seconds``).
 """
 
 from __future__ import annotations
@@ -21,7 +31,8 @@ import hashlib
 import json
 import shutil
 import sys
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +77,30 @@ class MolmRecipe:
 
 
 RECIPE = MolmRecipe()
+COMMAND = "python -m mlcore.zoo.molm train"
+EXIT_OUT_OF_TIME = 3
 
 
-def _logger(path: Path) -> Any:
+@dataclass(frozen=True)
+class Runtime:
+    """Where and for how long a recipe run trains — not part of the recipe (the same steps on any device)."""
+
+    device: str = "cpu"
+    bf16: bool = False
+    deadline: float | None = None  # a time.perf_counter() instant; None: no wall-clock budget
+    started: float = field(default_factory=time.perf_counter)
+
+    def loop_options(self) -> dict[str, Any]:
+        """The keyword arguments every training loop takes (mlcore.watermark.pretrain / train)."""
+        return {"device": self.device, "bf16": self.bf16, "deadline": self.deadline}
+
+
+def _logger(path: Path, runtime: Runtime | None = None) -> Any:
     path.parent.mkdir(parents=True, exist_ok=True)
+    runtime = runtime or Runtime()
 
     def log(row: dict[str, Any]) -> None:
+        row = {**row, "device": runtime.device, "wall_seconds": round(time.perf_counter() - runtime.started, 1)}
         print(json.dumps(row), flush=True)
         with path.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
@@ -83,40 +112,44 @@ def _done(folder: Path) -> bool:
     return (folder / "config.json").is_file() or (folder / "vae" / "config.json").is_file()
 
 
-def stage_vae(workdir: Path, recipe: MolmRecipe = RECIPE) -> None:
+def stage_vae(workdir: Path, recipe: MolmRecipe = RECIPE, runtime: Runtime | None = None) -> None:
     from mlcore.watermark.generator import tiny_vae
     from mlcore.watermark.pretrain import LoopConfig, train_vae
 
     if _done(workdir / "vae"):
         return
+    runtime = runtime or Runtime()
     vae = train_vae(
         tiny_vae(seed=recipe.seed),
         workdir / "vae-state",
         LoopConfig(steps=recipe.vae_steps, lr=recipe.vae_lr, batch_size=recipe.batch_size, seed=recipe.seed, warmup=15),
-        log=_logger(workdir / "train_log.jsonl"),
+        log=_logger(workdir / "train_log.jsonl", runtime),
+        **runtime.loop_options(),
     )
-    vae.save_pretrained(workdir / "vae")
+    vae.to("cpu").save_pretrained(workdir / "vae")
 
 
-def stage_ae2(workdir: Path, recipe: MolmRecipe = RECIPE) -> None:
+def stage_ae2(workdir: Path, recipe: MolmRecipe = RECIPE, runtime: Runtime | None = None) -> None:
     from mlcore.watermark.generator import tiny_vae
     from mlcore.watermark.pretrain import LoopConfig, train_vae
 
     if _done(workdir / "ae2"):
         return
-    log = _logger(workdir / "train_log.jsonl")
+    runtime = runtime or Runtime()
     vae = train_vae(
         tiny_vae(seed=recipe.seed + 1, block_out_channels=recipe.ae2_widths),
         workdir / "ae2-state",
         LoopConfig(
             steps=recipe.ae2_steps, lr=recipe.vae_lr, batch_size=recipe.batch_size, seed=recipe.seed + 7, warmup=10
         ),
-        log=lambda row: log({**row, "stage": "ae2"}),
+        log=_logger(workdir / "train_log.jsonl", runtime),
+        stage="ae2",
+        **runtime.loop_options(),
     )
-    vae.save_pretrained(workdir / "ae2")
+    vae.to("cpu").save_pretrained(workdir / "ae2")
 
 
-def stage_unet(workdir: Path, recipe: MolmRecipe = RECIPE) -> None:
+def stage_unet(workdir: Path, recipe: MolmRecipe = RECIPE, runtime: Runtime | None = None) -> None:
     from diffusers import DDIMScheduler
 
     from mlcore.watermark.generator import load_vae, tiny_unet
@@ -124,7 +157,8 @@ def stage_unet(workdir: Path, recipe: MolmRecipe = RECIPE) -> None:
 
     if (workdir / "unet" / "config.json").is_file():
         return
-    vae = load_vae(workdir / "vae")
+    runtime = runtime or Runtime()
+    vae = load_vae(workdir / "vae").to(runtime.device)
     latents = encode_pool(vae, recipe.unet_pool, seed=recipe.seed + 99)
     unet = train_unet(
         tiny_unet(seed=recipe.seed),
@@ -134,26 +168,29 @@ def stage_unet(workdir: Path, recipe: MolmRecipe = RECIPE) -> None:
         LoopConfig(
             steps=recipe.unet_steps, lr=recipe.unet_lr, batch_size=32, seed=recipe.seed, warmup=20, log_every=25
         ),
-        log=_logger(workdir / "train_log.jsonl"),
+        log=_logger(workdir / "train_log.jsonl", runtime),
+        **runtime.loop_options(),
     )
-    unet.save_pretrained(workdir / "unet")
+    unet.to("cpu").save_pretrained(workdir / "unet")
     DDIMScheduler(num_train_timesteps=1000, beta_schedule="squaredcos_cap_v2", clip_sample=False).save_pretrained(
         workdir / "scheduler"
     )
 
 
-def stage_molm(workdir: Path, recipe: MolmRecipe = RECIPE) -> None:
+def stage_molm(workdir: Path, recipe: MolmRecipe = RECIPE, runtime: Runtime | None = None) -> None:
     from mlcore.watermark.generator import load_generator
     from mlcore.watermark.train import MolmConfig, save_molm, train_molm
 
     if (workdir / "molm" / "extractor" / "config.json").is_file():
         return
+    runtime = runtime or Runtime()
     generator = load_generator(workdir)
     result = train_molm(
         generator,
         MolmConfig(**recipe.molm, seed=recipe.seed),
         workdir=workdir / "molm-state",
-        log=_logger(workdir / "train_log.jsonl"),
+        log=_logger(workdir / "train_log.jsonl", runtime),
+        **runtime.loop_options(),
     )
     save_molm(result, workdir / "molm")
 
@@ -162,8 +199,22 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def command_for(recipe: MolmRecipe) -> str:
+    """The command that retrains ``recipe``: the plain one plus the MOLM overrides that differ from :data:`RECIPE`."""
+    flags = [
+        f"--{flag} {recipe.molm[key]}"
+        for key, flag in (("steps", "steps"), ("batch_size", "batch-size"))
+        if recipe.molm.get(key) != RECIPE.molm.get(key)
+    ]
+    return " ".join([COMMAND, *flags])
+
+
 def stage_export(workdir: Path, recipe: MolmRecipe = RECIPE, target: Path = CHECKPOINT) -> None:
-    """fp16 copies of every model (half the bytes; loaded back as fp32) + card + log + manifest."""
+    """fp16 copies of every model (half the bytes; loaded back as fp32) + card + log + manifest.
+
+    The manifest's command stays the plain one (what ``build_molm_tiny`` tells a user to run); the
+    card's ``recipe.command`` carries any ``--steps`` / ``--batch-size`` override.
+    """
     import torch
     from diffusers import AutoencoderKL, UNet2DModel
 
@@ -183,11 +234,11 @@ def stage_export(workdir: Path, recipe: MolmRecipe = RECIPE, target: Path = CHEC
         cls.from_pretrained(source, torch_dtype=torch.float32).to(torch.float16).save_pretrained(target / name)
     shutil.copytree(workdir / "scheduler", target / "scheduler")
     card = json.loads((workdir / "molm" / "card.json").read_text())
-    card["recipe"] = {**asdict(recipe), "command": "python -m mlcore.zoo.molm train"}
+    card["recipe"] = {**asdict(recipe), "command": command_for(recipe)}
     (target / "card.json").write_text(json.dumps(card, indent=1))
     shutil.copy2(workdir / "train_log.jsonl", target / "train_log.jsonl")
     files = {str(p.relative_to(target)): _sha256(p) for p in sorted(target.rglob("*")) if p.is_file()}
-    manifest = {"name": recipe.name, "command": "python -m mlcore.zoo.molm train", "files": files}
+    manifest = {"name": recipe.name, "command": COMMAND, "files": files}
     (target / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
@@ -215,20 +266,71 @@ def build_molm_tiny(target: Path) -> None:
         shutil.copy2(CHECKPOINT / name, target / name)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import torch
-
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m mlcore.zoo.molm")
     parser.add_argument("command", choices=("train",))
     parser.add_argument("--stage", choices=(*STAGES, "all"), default="all")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--workdir", type=Path, default=ROOT / "var" / "zoo" / RECIPE.name)
+    parser.add_argument("--device", default="cpu", help="torch device for every stage (cpu, cuda, cuda:1, ...)")
+    parser.add_argument(
+        "--wall-minutes",
+        type=float,
+        default=None,
+        help="wall-clock budget for the whole command, checked before every step; exit 3 (state saved) when spent",
+    )
+    parser.add_argument("--steps", type=int, default=None, help=f"MOLM stage steps (recipe: {RECIPE.molm['steps']})")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help=f"MOLM stage batch size (recipe: {RECIPE.molm['batch_size']})"
+    )
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast for the forward passes (off: float32)")
+    parser.add_argument(
+        "--out", type=Path, default=CHECKPOINT, help="where the export stage writes (default: the zoo's checkpoint)"
+    )
     args = parser.parse_args(argv)
+    for name in ("steps", "batch_size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.wall_minutes is not None and args.wall_minutes < 0:
+        parser.error("--wall-minutes cannot be negative")
+    return args
+
+
+def recipe_for(args: argparse.Namespace) -> MolmRecipe:
+    """:data:`RECIPE` with the command line's MOLM overrides."""
+    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size)) if v is not None}
+    return replace(RECIPE, molm={**RECIPE.molm, **overrides}) if overrides else RECIPE
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()  # the budget counts the imports too: the device tool's clock does
+    import torch
+
+    from mlcore.watermark.pretrain import WallBudgetSpent
+
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print(f"--device {args.device}: this torch sees no CUDA device", file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
+    deadline = None if args.wall_minutes is None else started + 60 * args.wall_minutes
+    runtime = Runtime(device=str(device), bf16=args.bf16, deadline=deadline, started=started)
+    recipe = recipe_for(args)
     stages = STAGES if args.stage == "all" else (args.stage,)
-    functions = {"vae": stage_vae, "ae2": stage_ae2, "unet": stage_unet, "molm": stage_molm, "export": stage_export}
     for stage in stages:
-        functions[stage](args.workdir)
+        try:
+            if stage == "export":
+                stage_export(args.workdir, recipe, args.out)
+            else:
+                trainers = {"vae": stage_vae, "ae2": stage_ae2, "unet": stage_unet, "molm": stage_molm}
+                trainers[stage](args.workdir, recipe, runtime)
+        except WallBudgetSpent as spent:
+            _logger(args.workdir / "train_log.jsonl", runtime)(
+                {"stage": spent.stage, "stopped": "wall budget", "step": spent.step, "of": spent.steps}
+            )
+            print(f"{spent} (the same command continues from the saved state)", file=sys.stderr)
+            return EXIT_OUT_OF_TIME
     return 0
 
 
