@@ -24,6 +24,25 @@ def median_seconds(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 1) 
     return statistics.median(times)
 
 
+#: Names the device benchmark training runs on when a caller passes none (e.g. ``cuda`` on a lent GPU).
+DEVICE_ENV = "MOELAB_BENCH_DEVICE"
+
+
+def bench_device(name: str | None = None) -> Any:
+    """The ``torch.device`` of a benchmark's training: ``name``, else ``$MOELAB_BENCH_DEVICE``, else the
+    CPU; a clear error for a name torch does not know or a CUDA device this torch cannot see."""
+    import torch
+
+    name = (name or os.environ.get(DEVICE_ENV, "")).strip() or "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(f"{DEVICE_ENV}={name!r} is not a torch device ({exc})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{DEVICE_ENV}={name!r}, but this torch sees no CUDA device; unset it to use the CPU")
+    return device
+
+
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "platform": platform.platform(),

@@ -33,23 +33,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mlcore.bench.common import median_seconds, write_results
+from mlcore.bench.common import DEVICE_ENV, bench_device, median_seconds, write_results
 
 CACHE = Path(__file__).resolve().parents[2] / "bench" / "cache" / "video"
-#: The environment variable naming the device of the training runs when no ``device`` is passed.
-DEVICE_ENV = "MOELAB_BENCH_DEVICE"
 
 
 def training_device(device: str | None = None) -> str:
     """The device of the quality and ProMoE runs: ``device``, else ``$MOELAB_BENCH_DEVICE``, else cpu."""
-    return device or os.environ.get(DEVICE_ENV) or "cpu"
+    return str(bench_device(device))
 
 
 TIERS: dict[str, dict[str, Any]] = {

@@ -25,13 +25,12 @@ do not depend on the device.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mlcore.bench.common import full_tier_cache, write_results
+from mlcore.bench.common import bench_device, full_tier_cache, write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "bench" / "cache" / "watermark"
@@ -95,20 +94,6 @@ def _cached(cache: Path | None, name: str, compute: Any) -> dict[str, Any]:
     if path is not None:
         path.write_text(json.dumps(value, indent=1, default=float))
     return value
-
-
-def bench_device() -> Any:
-    """The ``torch.device`` named by ``MOELAB_BENCH_DEVICE`` (default CPU); a clear error if it is not usable."""
-    import torch
-
-    name = os.environ.get("MOELAB_BENCH_DEVICE", "").strip() or "cpu"
-    try:
-        device = torch.device(name)
-    except RuntimeError as exc:
-        raise ValueError(f"MOELAB_BENCH_DEVICE={name!r} is not a torch device ({exc})") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"MOELAB_BENCH_DEVICE={name!r}, but this torch sees no CUDA device; unset it to use the CPU")
-    return device
 
 
 def _bundle() -> Any:
