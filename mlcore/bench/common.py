@@ -78,6 +78,50 @@ def full_tier_cache(folder: Path, tier: str) -> Path | None:
     return folder
 
 
+ZOO_CHECKPOINTS = Path(__file__).resolve().parents[1] / "zoo" / "checkpoints"
+
+
+class StaleCache(RuntimeError):
+    """Cached rows were computed from zoo models that have since been retrained."""
+
+
+def zoo_fingerprints(names: tuple[str, ...]) -> dict[str, str]:
+    """A short digest of each committed zoo checkpoint's files (its manifest's sha256s); "missing"
+    for one that is not there."""
+    import hashlib
+
+    prints = {}
+    for name in names:
+        manifest = ZOO_CHECKPOINTS / name / "manifest.json"
+        files = json.loads(manifest.read_text()).get("files", {}) if manifest.is_file() else None
+        prints[name] = (
+            "missing" if files is None else hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:12]
+        )
+    return prints
+
+
+def check_zoo_cache(folder: Path, names: tuple[str, ...], stale: str) -> None:
+    """Refuse to report cached rows computed from other zoo models than the committed ones.
+
+    Cache rows are keyed by configuration, not by model contents, so a retrained zoo model would
+    otherwise be reported with its predecessor's figures. ``folder/zoo.json`` records the models the
+    rows were computed from (each written on first use); when one of ``names`` has changed and rows
+    matching ``stale`` (space-separated globs: the rows that depend on ``names``) are still there,
+    :class:`StaleCache` says which to delete; the next run recomputes them and records the new models.
+    """
+    record = folder / "zoo.json"
+    recorded = json.loads(record.read_text()) if record.is_file() else {}
+    current = zoo_fingerprints(names)
+    changed = sorted(n for n in names if recorded.get(n, current[n]) != current[n])
+    if changed and any(any(folder.glob(pattern)) for pattern in stale.split()):
+        raise StaleCache(
+            f"{folder} holds rows computed from an earlier {', '.join(changed)}: delete {stale} there "
+            "(they are recomputed on the next run), then run again"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({**recorded, **current}, indent=1, sort_keys=True) + "\n")
+
+
 def write_results(results: Path, name: str, markdown: str, data: dict[str, Any]) -> None:
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     data = {"name": name, "written_at": stamp, "machine": machine(), **data}

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mlcore.bench.common import DEVICE_ENV, bench_device, median_seconds, write_results
+from mlcore.bench.common import DEVICE_ENV, bench_device, check_zoo_cache, median_seconds, write_results
 
 CACHE = Path(__file__).resolve().parents[2] / "bench" / "cache" / "video"
 
@@ -525,6 +525,10 @@ def run(tier: str, results: Path, *, train_missing: bool = True, device: str | N
     torch.set_num_threads(1)
     device = training_device(device)
     settings = TIERS[tier]
+    # The attention rows measure the zoo DiT's activations; the zoo rows grade it with the zoo judge,
+    # which grades every quality row too (the ProMoE rows use a static judge trained in the cache).
+    check_zoo_cache(CACHE, ("video-dit-digits",), "attention-*.json zoo-*.json")
+    check_zoo_cache(CACHE, ("video-judge",), "zoo-*.json quality-*.json")
     data: dict[str, Any] = {
         "tier": tier,
         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mlcore.bench.common import bench_device, full_tier_cache, write_results
+from mlcore.bench.common import bench_device, check_zoo_cache, full_tier_cache, write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "bench" / "cache" / "watermark"
@@ -363,6 +363,8 @@ def _markdown(
 def run(tier: str, results: Path) -> None:
     spec = TIERS[tier]
     cache = full_tier_cache(CACHE, tier)
+    if cache is not None:  # every row measures the zoo's MOLM model
+        check_zoo_cache(cache, ("molm",), "operating-point.json suite-*.json lambda-*.json")
     started = time.perf_counter()
     bundle = _bundle().to(bench_device())
     card = bundle.card
