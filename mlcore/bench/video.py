@@ -477,6 +477,35 @@ def _static_judge_info(steps: int) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def quality_row(
+    settings: dict[str, Any], mode: str, seed: int, steps: int, judge: Any, *, compute: bool, device: str
+) -> dict[str, Any] | None:
+    """One cached quality run: ``mode`` trained from scratch for ``steps`` on 8-frame clips, graded
+    by ``judge()`` (called only when the run is missing and ``compute``)."""
+    return _load_or_compute(
+        f"quality-{mode}-s{seed}-{steps}",
+        lambda: train_and_evaluate(
+            {"attention": mode}, steps=steps, seed=seed, frames=8, static=False, judge=judge(), tier=settings,
+            device=device,
+        ),
+        compute,
+    )  # fmt: skip
+
+
+def promoe_row(
+    settings: dict[str, Any], label: str, seed: int, steps: int, judge: Any, *, compute: bool, device: str
+) -> dict[str, Any] | None:
+    """One cached ProMoE-study run: configuration ``label`` on one-frame images, graded by ``judge()``."""
+    return _load_or_compute(
+        f"promoe-{_promoe_slug(label)}-s{seed}-{steps}",
+        lambda: train_and_evaluate(
+            PROMOE_CONFIGS[label], steps=steps, seed=seed, frames=1, static=True, judge=judge(), tier=settings,
+            device=device,
+        ),
+        compute,
+    )  # fmt: skip
+
+
 def promoe_study(
     settings: dict[str, Any], *, compute: bool = True, device: str | None = None
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any] | None]:
@@ -489,22 +518,10 @@ def promoe_study(
     else:
         static_judge, static_info = None, _static_judge_info(settings["judge_steps"])
     promoe: dict[str, list[dict[str, Any]]] = {}
-    for label, config in PROMOE_CONFIGS.items():
+    for label in PROMOE_CONFIGS:
         for seed in settings["promoe_seeds"]:
-            name = f"promoe-{_promoe_slug(label)}-s{seed}-{settings['promoe_steps']}"
-            row = _load_or_compute(
-                name,
-                lambda config=config, seed=seed: train_and_evaluate(
-                    config,
-                    steps=settings["promoe_steps"],
-                    seed=seed,
-                    frames=1,
-                    static=True,
-                    judge=static_judge,
-                    tier=settings,
-                    device=device,
-                ),
-                compute,
+            row = promoe_row(
+                settings, label, seed, settings["promoe_steps"], lambda: static_judge, compute=compute, device=device
             )
             if row is not None:
                 promoe.setdefault(label, []).append(row)
@@ -568,24 +585,12 @@ def run(tier: str, results: Path, *, train_missing: bool = True, device: str | N
 
     quality: dict[str, list[dict[str, Any]]] = {}
     for mode in QUALITY_MODES:
-        rows = cached_rows(
-            [
-                (
-                    f"quality-{mode}-s{seed}-{settings['quality_steps']}",
-                    lambda mode=mode, seed=seed: train_and_evaluate(
-                        {"attention": mode},
-                        steps=settings["quality_steps"],
-                        seed=seed,
-                        frames=8,
-                        static=False,
-                        judge=clip_judge(),
-                        tier=settings,
-                        device=device,
-                    ),
-                )
-                for seed in settings["quality_seeds"]
-            ]
+        steps = settings["quality_steps"]
+        found = (
+            quality_row(settings, mode, seed, steps, clip_judge, compute=train_missing, device=device)
+            for seed in settings["quality_seeds"]
         )
+        rows = [r for r in found if r is not None]
         if rows:
             quality[mode] = rows
     data["quality"] = quality
@@ -638,20 +643,7 @@ def extended_quality(
     found: dict[int, dict[str, dict[str, Any]]] = {}
     for seed in seeds:
         for mode in QUALITY_MODES:
-            row = _load_or_compute(
-                f"quality-{mode}-s{seed}-{EXTENDED_STEPS}",
-                lambda mode=mode, seed=seed: train_and_evaluate(
-                    {"attention": mode},
-                    steps=EXTENDED_STEPS,
-                    seed=seed,
-                    frames=8,
-                    static=False,
-                    judge=judge,
-                    tier=settings,
-                    device=device,
-                ),
-                compute,
-            )
+            row = quality_row(settings, mode, seed, EXTENDED_STEPS, lambda: judge, compute=compute, device=device)
             if row is not None:
                 found.setdefault(seed, {})[mode] = row
     return _complete_seeds(found, _started(found, QUALITY_MODES))
@@ -665,21 +657,8 @@ def extended_promoe(
     judge = _judge(True, settings["judge_steps"])[0] if compute else None
     found: dict[int, dict[str, dict[str, Any]]] = {}
     for seed in seeds:
-        for label, config in PROMOE_CONFIGS.items():
-            row = _load_or_compute(
-                f"promoe-{_promoe_slug(label)}-s{seed}-{EXTENDED_STEPS}",
-                lambda config=config, seed=seed: train_and_evaluate(
-                    config,
-                    steps=EXTENDED_STEPS,
-                    seed=seed,
-                    frames=1,
-                    static=True,
-                    judge=judge,
-                    tier=settings,
-                    device=device,
-                ),
-                compute,
-            )
+        for label in PROMOE_CONFIGS:
+            row = promoe_row(settings, label, seed, EXTENDED_STEPS, lambda: judge, compute=compute, device=device)
             if row is not None:
                 found.setdefault(seed, {})[label] = row
     return _complete_seeds(found, _started(found, tuple(PROMOE_CONFIGS)))
