@@ -6,7 +6,7 @@
 2. The zoo's MoE LMs, through the ``routing-analysis`` job kind on two text domains, beside the
    reference traces (random: the lower bound; constant: SRP = 1): SRP/SCH tables, local load
    balance against consistency per layer, and where the hit-rate curves bend.
-3. FULL tier only: the toy ablations (:mod:`mlcore.analysis.ablations`): one control Qwen2-MoE and
+3. FULL tier only: the toy ablations (:mod:`mlcore.bench.routing_ablations`): one control Qwen2-MoE and
    one-factor variants (balance-loss coefficient, shared expert, dense first layer), trained on a
    short fixed budget (cached under ``bench/cache/analysis-variants/``, so reruns resume).
 """
@@ -276,7 +276,7 @@ def _ci(x: dict[str, float]) -> str:
 
 def _verdict(variant: dict[str, Any], domain: str, control: dict[str, Any]) -> str:
     """Whether the SRP(16) change has the paper's sign, and whether the CIs resolve it."""
-    from mlcore.analysis.ablations import EXPECTED_SRP_SIGN
+    from mlcore.bench.routing_ablations import EXPECTED_SRP_SIGN
 
     sign = EXPECTED_SRP_SIGN.get(variant["name"])
     if sign is None:
@@ -338,7 +338,7 @@ def ablation_markdown(variants: list[dict[str, Any]]) -> list[str]:
         "× 128 tokens (seed 0, one CPU thread) on shakespeare + stdlib-docs; control: balance loss 0.01, no shared "
         "expert, MoE in every layer. Evaluated on each text's test split "
         f"({variants[0]['key']['evaluation']['samples']} × {variants[0]['key']['evaluation']['seq_len']} tokens); "
-        "95% basic-bootstrap CIs over sequences. Code: `mlcore/analysis/ablations.py`.",
+        "95% basic-bootstrap CIs over sequences. Code: `mlcore/bench/routing_ablations.py`.",
         "",
         "| variant | text | train CE (last batch) | SRP(4) | SRP(16) | SRP(64) | local balance (L) | global balance |",
         "|---|---|---|---|---|---|---|---|",
@@ -376,7 +376,7 @@ def run(tier: str, results: Path) -> None:
     data["findings"] = findings(data["rows"])
     text = markdown(data)
     if tier == "full":
-        from mlcore.analysis.ablations import run_all
+        from mlcore.bench.routing_ablations import run_all
 
         data["ablations"] = run_all(VARIANT_CACHE)
         data["ablation_findings"] = ablation_findings(data["ablations"])

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from mlcore.bench.common import write_results
+from mlcore.train import warmup_cosine_scheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "bench" / "cache" / "el"
@@ -172,13 +172,7 @@ def train_one(cfg: Config, flops: float, train: Any, test: Any, eval_windows: in
     steps = max(10, round(flops / (6 * active * tokens_per_step)))
     model = _model(cfg, seed)
     optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, betas=(0.9, 0.95))
-    warmup = max(1, steps // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser,
-        lambda s: (
-            (s + 1) / warmup if s < warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * (s - warmup) / (steps - warmup)))
-        ),
-    )
+    schedule = warmup_cosine_scheduler(optimiser, steps=steps, warmup_steps=max(1, steps // 10), floor=0.1)
     generator = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     model.train()

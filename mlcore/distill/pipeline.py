@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from mlcore.distill.amid import LossConfig, distillation_loss, kl
+from mlcore.train import warmup_cosine
 
 #: Teacher logits are kept for the whole training pool when they fit in this many bytes (fp32).
 TEACHER_CACHE_BYTES = 512 * 2**20
@@ -141,13 +142,6 @@ class TeacherLogits:
         return self._forward(self.windows[index])
 
 
-def _lr_factor(step: int, config: TrainConfig) -> float:
-    warmup = max(1, round(config.warmup * config.steps))
-    if step < warmup:
-        return (step + 1) / warmup
-    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, config.steps - warmup)))
-
-
 def _autocast(enabled: bool, device: torch.device) -> Any:
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
 
@@ -178,6 +172,7 @@ def distill(
     optimizer = torch.optim.AdamW(student.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     result = DistillResult()
     order = torch.empty(0, dtype=torch.long)
+    warmup_steps = max(1, round(config.warmup * config.steps))
     for step in range(config.steps):
         if len(order) < config.batch_size:
             order = torch.cat([order, torch.randperm(len(train_windows), generator=generator)])
@@ -185,7 +180,7 @@ def distill(
         ids = train_windows[index].to(device)
         # The schedule follows the step count, so a skipped (non-finite) step still advances it.
         for group in optimizer.param_groups:
-            group["lr"] = config.lr * _lr_factor(step, config)
+            group["lr"] = config.lr * warmup_cosine(step, steps=config.steps, warmup_steps=warmup_steps)
         student.train()
         with _autocast(config.bf16, device):
             logits = student(input_ids=ids).logits

@@ -8,19 +8,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mlcore.errors import JobCancelled as JobCancelled
+from mlcore.errors import JobError as JobError
 from mlcore.jobs.params import SEED_MAX, Estimate, File, Param, ParamError, Seed
 
 Queue = Literal["gpu", "cpu", "verify"]
 QUEUES: tuple[str, ...] = ("gpu", "cpu", "verify")
 FieldErrors = list[tuple[str, str]]
-
-
-class JobError(Exception):
-    """An error meant for the user: the message says what went wrong and what to do."""
-
-
-class JobCancelled(Exception):
-    """Raised by a kind (or by ``ctx.raise_if_cancelled``) to stop a cancelled job early."""
 
 
 class ValidationError(JobError):

@@ -4,7 +4,6 @@ of the method card): the procedures, apart from the networks they train."""
 from __future__ import annotations
 
 import copy
-import math
 import re
 import time
 from collections.abc import Callable
@@ -17,19 +16,7 @@ from torch import Tensor, nn
 from mlcore.lora.base import EncoderConfig, TinyEncoder
 from mlcore.lora.mixture import LoRAMixtureLinear, MixtureConfig, attach_lora_mixture, trainable_parameters
 from mlcore.lora.tasks import LENGTH, LEVELS, TaskBatch, level_batch, pretrain_batch
-
-
-def warmup_cosine(optimizer: torch.optim.Optimizer, steps: int, warmup: float = 0.1) -> Any:
-    """Linear warm-up over the first ``warmup`` share of the steps, then cosine decay to 5 %."""
-    ramp = max(1, int(warmup * steps))
-
-    def factor(step: int) -> float:
-        if step < ramp:
-            return (step + 1) / ramp
-        progress = (step - ramp) / max(1, steps - ramp)
-        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+from mlcore.train import warmup_cosine_scheduler
 
 
 # -- pre-training ------------------------------------------------------------------------------
@@ -215,7 +202,9 @@ def finetune(
         levels = () if test.levels is None else tuple(sorted(set(test.levels.tolist())))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    schedule = warmup_cosine(optimizer, config.steps)
+    schedule = warmup_cosine_scheduler(
+        optimizer, steps=config.steps, warmup_steps=max(1, int(0.1 * config.steps)), floor=0.05
+    )
     order = torch.Generator().manual_seed(config.seed)
     losses: list[tuple[int, float]] = []
     model.train()

@@ -17,7 +17,6 @@ Segmenters are saved as ``config.json`` + fp16 ``model.safetensors`` (:func:`sav
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -42,6 +41,7 @@ from mlcore.pointcloud.datasets import (
 from mlcore.pointcloud.ptv3 import PointBatch, PTv3, PTv3Config, restrict_logits
 from mlcore.pointcloud.scenes import LABELS
 from mlcore.pointcloud.sensors import Scan
+from mlcore.train import warmup_cosine
 
 FORMAT = "moelab-pointcloud-segmenter"
 GRIDS = {"indoor": 0.04, "outdoor": 0.1}
@@ -180,13 +180,6 @@ class ScanPool:
         return prepare(scans[i], spec, points=points, rng=rng, augment=True, voxels=self._voxels[name, i])[0]
 
 
-def _lr_factor(step: int, cfg: TrainConfig) -> float:
-    warm = max(1, int(cfg.warmup * cfg.steps))
-    if step < warm:
-        return (step + 1) / warm
-    return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, cfg.steps - warm)))
-
-
 def segmentation_loss(logits: Tensor, labels: Tensor, allowed: Tensor) -> Tensor:
     """Cross-entropy over each point's dataset label set; ignored points do not count."""
     valid = labels != IGNORE
@@ -243,9 +236,10 @@ def train(
         first = state["step"]
     result.steps = first
     start = time.perf_counter() - result.seconds
+    warmup_steps = max(1, int(cfg.warmup * cfg.steps))
     for step in range(first, cfg.steps):
         for group in opt.param_groups:
-            group["lr"] = cfg.lr * _lr_factor(step, cfg)
+            group["lr"] = cfg.lr * warmup_cosine(step, steps=cfg.steps, warmup_steps=warmup_steps)
         if cfg.mixed:
             names = [cfg.datasets[i] for i in rng.integers(len(cfg.datasets), size=cfg.batch_size)]
         else:

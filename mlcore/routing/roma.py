@@ -28,9 +28,9 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from mlcore.lora.pipeline import warmup_cosine
 from mlcore.routing.model import MoEClassifier, MoEClassifierConfig
 from mlcore.routing.tasks import as_text, multitask_set
+from mlcore.train import warmup_cosine_scheduler
 
 EMBEDDINGS: tuple[str, ...] = ("tfidf-svd", "hidden-mean")
 #: Rows per evaluation forward pass.
@@ -102,7 +102,7 @@ def pretrain(
 
     params = list(params)
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    schedule = warmup_cosine(optimizer, steps)
+    schedule = warmup_cosine_scheduler(optimizer, steps=steps, warmup_steps=max(1, int(0.1 * steps)), floor=0.05)
     generator = torch.Generator().manual_seed(50_000 + seed)
     subject.train()
     for step in range(steps):

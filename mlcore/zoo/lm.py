@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlcore.data.textset import source_splits
+from mlcore.train import warmup_cosine
 from mlcore.zoo.recipes import LMRecipe
 from mlcore.zoo.tokenizer import EOS, load_hf_tokenizer, save_hf_tokenizer, train_bpe
 
@@ -75,13 +75,6 @@ def build_model(recipe: LMRecipe, *, seed: int | None = None) -> Any:
     # grouped_mm runs the fused [E, ...] expert tensors ~2.5x faster than the per-expert loop on a CPU.
     model.set_experts_implementation("grouped_mm")
     return model
-
-
-def _lr_factor(step: int, recipe: LMRecipe) -> float:
-    if step < recipe.warmup:
-        return (step + 1) / recipe.warmup
-    progress = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def _encode_sources(tokenizer: Any, splits: dict[str, list[str]]) -> list[torch.Tensor]:
@@ -145,7 +138,7 @@ def train(recipe: LMRecipe, workdir: Path, *, steps: int | None = None, log: Any
     began = time.perf_counter()
     for step in range(start, total):
         for group in optimizer.param_groups:
-            group["lr"] = recipe.lr * _lr_factor(step, recipe)
+            group["lr"] = recipe.lr * warmup_cosine(step, steps=recipe.steps, warmup_steps=recipe.warmup, floor=0.1)
         batch = _batch(streams, recipe, generator)
         out = model(input_ids=batch, output_router_logits=True)
         ce = torch.nn.functional.cross_entropy(

@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from mlcore.analysis.ablations import CONTROL, run_variant, variants
 from mlcore.bench.analysis import ablation_findings
+from mlcore.bench.routing_ablations import CONTROL, run_variant, variants
 from mlcore.hf import adapt
 from mlcore.zoo.lm import build_model
 
