@@ -1,4 +1,4 @@
-"""Job kinds and the contract they follow (``shared/DESIGN.md``, "The job-kind contract")."""
+"""Job kinds and the contract they follow (``docs/architecture.md``, "The job-kind contract")."""
 
 from mlcore.jobs.context import InMemoryContext, JobContext
 from mlcore.jobs.params import (

@@ -1,6 +1,6 @@
 """Typed job parameters: the vocabulary every job-kind spec is written in.
 
-One class per parameter type of the job-kind contract (``shared/DESIGN.md``). Each one knows
+One class per parameter type of the job-kind contract (``docs/architecture.md``). Each one knows
 how to *clean* a raw value — a string from a form or ``--set NAME=VALUE``, or a JSON value from
 the API — into the typed value a kind's ``run`` receives, and how to *describe* itself as JSON,
 which is what forms, ``moelab kinds --json`` and the OpenAPI document are rendered from.

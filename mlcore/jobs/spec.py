@@ -1,5 +1,5 @@
 """The job-kind spec: what a kind declares so the web, the API, the CLI and the worker can all
-validate and run it the same way (``shared/DESIGN.md``, "The job-kind contract")."""
+validate and run it the same way (``docs/architecture.md``, "The job-kind contract")."""
 
 from __future__ import annotations
 

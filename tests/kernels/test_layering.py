@@ -1,4 +1,4 @@
-"""kernels/ sits below mlcore: it imports nothing from mlcore, webapp or workers (DESIGN.md)."""
+"""kernels/ sits below mlcore: it imports nothing from mlcore, webapp or workers (docs/architecture.md)."""
 
 from __future__ import annotations
 

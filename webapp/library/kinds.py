@@ -1,5 +1,5 @@
 """The item kinds a library holds, split into models and datasets (the ``accepts`` vocabulary of
-``model`` / ``dataset`` parameters in ``shared/DESIGN.md``). Django-free and torch-free."""
+``model`` / ``dataset`` parameters in ``docs/architecture.md``). Django-free and torch-free."""
 
 from __future__ import annotations
 
