@@ -5,7 +5,7 @@ set -euo pipefail
 tier="$1"; shift
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
-  mapfile -t names < <(.venv/bin/python -m mlcore.bench --list)
+  mapfile -t names < <(.venv/bin/python -m bench --list)
 fi
 for name in "${names[@]}"; do
   echo "== bench $name ($tier)"
@@ -18,6 +18,6 @@ for name in "${names[@]}"; do
       REDIS_URL="${BENCH_REDIS_URL:-redis://127.0.0.1:6379/9}" MOELAB_EXTRA_KINDS=tests.jobkinds.exercise \
       bash -c '.venv/bin/python manage.py migrate --noinput -v0 && .venv/bin/python manage.py bench_platform --tier "$0"' "$tier"
   else
-    .venv/bin/python -m mlcore.bench "$name" --tier "$tier"
+    .venv/bin/python -m bench "$name" --tier "$tier"
   fi
 done

@@ -12,7 +12,7 @@
 #   back here:        bash scripts/gpu-unpack.sh FILES_AT
 #   on a CPU:         bash scripts/gpu-session.sh --dry-run   (tiny budgets, every command line runs)
 #
-# Parts: kernels (kernels/bench_gpu.sh, ≤ 4 min, alone on the GPU so its timings mean something),
+# Parts: kernels (bench/kernels_gpu.sh, ≤ 4 min, alone on the GPU so its timings mean something),
 # pointcloud (the `paper` tier: dense-active / Point-MoE / PPT × 3 seeds, 9 processes, TF32);
 # off by default: molm (the MOLM recipe, 16,000 marker steps: 45 minutes on one CPU core, so a GPU
 # only saves time) and video (the video DiT recipe; the committed model already passes its goal). The GPU machine has torch, triton, numpy and
@@ -76,7 +76,7 @@ if has_part kernels; then
   say "kernels: every kernel against its twin, then times"
   flag=()
   [ "$dry_run" = 1 ] && flag=(--dry-run)
-  PYTHON="$py" bash kernels/bench_gpu.sh "${flag[@]}" >"$out/kernels.txt" 2>&1 || say "kernels: failed (see kernels.txt)"
+  PYTHON="$py" bash bench/kernels_gpu.sh "${flag[@]}" >"$out/kernels.txt" 2>&1 || say "kernels: failed (see kernels.txt)"
   tail -n 3 "$out/kernels.txt" | tee -a "$log"
 fi
 
@@ -87,7 +87,7 @@ say "training for at most $left minutes on $device: $parts"
 names=()
 pids=()
 if has_part pointcloud; then
-  "$py" -m mlcore.bench.pointcloud --tier "$point_tier" --device "$device" --jobs 9 --wall-minutes "$left" \
+  "$py" -m bench.pointcloud --tier "$point_tier" --device "$device" --jobs 9 --wall-minutes "$left" \
     "${point_flags[@]}" >"$work/pointcloud.log" 2>&1 &
   names+=(pointcloud)
   pids+=($!)
@@ -127,7 +127,8 @@ pack() {  # pack NAME PATHS...: one archive per part (≤ 16 MiB each comes back
   fi
 }
 if has_part pointcloud; then
-  pack pointcloud "$MOELAB_POINTCLOUD_CACHE"/"$point_tier"-*.json "$MOELAB_POINTCLOUD_CACHE/state/logs" \
+  # The finished runs are the rows of one compact file beside the state folder (bench/cache.py).
+  pack pointcloud "$MOELAB_POINTCLOUD_CACHE.jsonl" "$MOELAB_POINTCLOUD_CACHE/state/logs" \
     "$work/pointcloud.log"
 fi
 has_part molm && pack molm "$base/molm/molm" "$base/molm/work/train_log.jsonl" "$work/molm.log"

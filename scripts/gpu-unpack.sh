@@ -2,8 +2,8 @@
 # Put what scripts/gpu-session.sh sent back where the project reads it:
 #   bash scripts/gpu-unpack.sh FILES_AT
 # molm and video checkpoints go to mlcore/zoo/checkpoints/ (each with its train log and manifest, to be
-# reviewed and committed like any retrained zoo model), the point-cloud runs to bench/cache/pointcloud/
-# (then `python -m mlcore.bench.pointcloud --report`), the kernel table to bench/results/core-gpu.txt.
+# reviewed and committed like any retrained zoo model), the point-cloud runs to bench/cache/pointcloud.jsonl
+# (then `python -m bench.pointcloud --report`), the kernel table to bench/results/core-gpu.txt.
 set -euo pipefail
 from="${1:?usage: gpu-unpack.sh FOLDER (the device tool's files_at)}"
 cd "$(dirname "$0")/.."
@@ -23,10 +23,10 @@ copy_checkpoint() {  # copy_checkpoint FOLDER NAME: an exported zoo model → ml
 }
 copy_checkpoint var/gpu/molm/molm molm
 copy_checkpoint var/gpu/video/video-dit-digits video-dit-digits
-if compgen -G "$stage/var/gpu/pointcloud-cache/*.json" >/dev/null; then
-  mkdir -p bench/cache/pointcloud
-  cp "$stage"/var/gpu/pointcloud-cache/*.json bench/cache/pointcloud/
-  echo "point-cloud runs: $(ls "$stage"/var/gpu/pointcloud-cache/*.json | wc -l) cached"
+if [ -s "$stage/var/gpu/pointcloud-cache.jsonl" ]; then
+  # Appended: a key written again takes its last value (bench/cache.py), so the GPU's rows win.
+  cat "$stage/var/gpu/pointcloud-cache.jsonl" >> bench/cache/pointcloud.jsonl
+  echo "point-cloud runs: $(wc -l < "$stage/var/gpu/pointcloud-cache.jsonl") cached"
 fi
 if [ -f "$from/kernels.txt" ]; then
   mkdir -p bench/results

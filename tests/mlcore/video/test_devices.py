@@ -132,7 +132,7 @@ def test_the_zoo_dit_resumes_its_saved_state_and_logs_wall_seconds_and_device(tm
 
 
 def test_the_benchmark_device_comes_from_the_argument_then_the_environment_then_the_cpu(monkeypatch):
-    from mlcore.bench.video import DEVICE_ENV, build_parser, training_device
+    from bench.video import DEVICE_ENV, build_parser, training_device
 
     monkeypatch.delenv(DEVICE_ENV, raising=False)
     assert training_device() == "cpu"
@@ -145,7 +145,7 @@ def test_the_benchmark_device_comes_from_the_argument_then_the_environment_then_
 
 
 def test_a_benchmark_training_row_records_its_device():
-    from mlcore.bench.video import train_and_evaluate
+    from bench.video import train_and_evaluate
 
     torch.manual_seed(0)
     judge = ClipClassifier(width=8, static=True)

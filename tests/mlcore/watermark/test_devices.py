@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlcore.bench import watermark as bench
+from bench import watermark as bench
 from mlcore.watermark import attacks as A
 from mlcore.watermark.generator import load_generator
 from mlcore.watermark.pipeline import load_bundle

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from mlcore.bench.common import write_results
+from bench.common import write_results
 from webapp.jobs import benchmark
 
 

@@ -1,0 +1,22 @@
+"""Benchmark entry points: ``python -m bench NAME --tier quick|full``.
+
+Each benchmark module defines ``run(tier: str, results: Path) -> None`` and writes
+``bench/results/NAME.md`` and ``NAME.json``. Speeds are reported as ratios against a baseline
+measured in the same run, because these machines are noisy.
+"""
+
+BENCHMARKS: dict[str, str] = {
+    "core": "bench.core",
+    "compress": "bench.compress",
+    "compress-seeds": "bench.compress_seeds",
+    "analysis": "bench.analysis",
+    "el": "bench.el",
+    "distill": "bench.distill",
+    "mixture": "bench.mixture",
+    "routing": "bench.routing",
+    "graph": "bench.graph_ood",
+    "watermark": "bench.watermark",
+    "watermark-latency": "bench.watermark_latency",
+    "video": "bench.video",
+    "pointcloud": "bench.pointcloud",
+}

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from bench import BENCHMARKS
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("name", nargs="?")
+    parser.add_argument("--tier", choices=("quick", "full"), default="quick")
+    parser.add_argument("--list", action="store_true", help="print the benchmark names")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.list or not args.name:
+        print("\n".join(BENCHMARKS))
+        return 0
+    if args.name not in BENCHMARKS:
+        print(f"unknown benchmark {args.name!r}; known: {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    args.results.mkdir(parents=True, exist_ok=True)
+    importlib.import_module(BENCHMARKS[args.name]).run(args.tier, args.results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""A tier's runs (trained when missing, except the GPU tiers) and ``pointcloud.md`` / ``.json``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.common import write_results
+from bench.pointcloud.cache import _cached_runs
+from bench.pointcloud.measure import run_config, throughput
+from bench.pointcloud.report import (
+    card_lines,
+    nonfinite_lines,
+    paper_lines,
+    summarise,
+    throughput_lines,
+    usage_chart_png,
+    usage_lines,
+)
+from bench.pointcloud.tiers import GPU_TIERS, TIERS
+
+
+def _runs(tier: str) -> list[dict[str, Any]]:
+    spec = TIERS[tier]
+    runs = []
+    for seed in range(spec.seeds):
+        for config in spec.configs:
+            print(f"[pointcloud] {tier} {config} seed {seed}", flush=True)
+            if (done := run_config(config, seed, spec, tier)) is not None:
+                runs.append(done)
+    return runs
+
+
+def run(tier: str, results: Path) -> None:
+    spec = TIERS[tier]
+    start = time.perf_counter()
+    runs = _cached_runs(tier) if tier in GPU_TIERS else _runs(tier)
+    # The full study includes the card-scale runs (cached; ``--report`` lists the finished ones).
+    card = _runs("card") if tier == "full" else []
+    card_md, card_table = card_lines(card) if card else ([], {})
+    # ... and the runs at the card's own scale, trained on a GPU: only ever read from the cache here.
+    at_scale = _cached_runs("paper") if tier == "full" else []
+    paper_md, paper_table = paper_lines(at_scale) if at_scale else ([], {})
+    paper = next((r for r in runs if r["config"] == "moe-proj" and r["seed"] == 0), None)
+    chart = []
+    if paper is not None and usage_chart_png(paper, results / "pointcloud-usage.png"):
+        chart = ["![Expert usage by dataset, moe-proj seed 0](pointcloud-usage.png)", ""]
+    speed = [s for n in spec.throughput if (s := throughput(n)) is not None]
+    huge = throughput(spec.huge, chunk=150_000, compare=False) if spec.huge else None
+    lines, table = summarise(runs, spec.configs)
+    md = [
+        "# Point-MoE on SynMix (issue 7)",
+        "",
+        f"Tier **{tier}**: {spec.seeds} seed(s); each model trained {spec.steps} steps of {spec.batch_size} crops × "
+        f"{spec.points} points on SynMix A–D ({spec.scenes} training scans per dataset), evaluated on "
+        f"{spec.eval_scenes} validation scan(s) per dataset. mIoU over each dataset's own classes, "
+        "predictions carried back to every input point. E and F are never trained on.",
+        "",
+        *lines,
+        "",
+        "Configurations: `dense-active` = W_o as one gated MLP of width 2C (= active compute of top-2 of 4 experts of "
+        "width C); `dense-params` = width 4C (= total parameters of 4 experts); `moe-proj` = Point-MoE on W_o "
+        "(4 experts, top-2, α = 0); `moe-ffn` = Point-MoE on the FFN; `-single` = single-dataset batches instead of "
+        "mixed ones; `moe-proj-a1e-3` / `-a1e-2` = balance weight α = 10⁻³ (the released config) / 10⁻²; "
+        "`ppt-active` = the PPT-like oracle: `dense-active` with per-dataset block-norm parameters chosen by the "
+        "dataset id (E and F, never seen, use C's and A's: the first seen dataset of their scene kind); `-bn` = "
+        "BatchNorm instead of LayerNorm in the blocks (the card's norm choice; trained before the switch, see the "
+        "non-finite section). Every model has LayerNorm blocks unless it says `-bn`.",
+        "",
+        "## Expert usage by dataset",
+        "",
+        "Share of points whose top-1 expert is expert 0 / 1 / 2 / 3, first and last MoE layer. The router never "
+        "sees the dataset: different rows for indoor (A, B, F) and outdoor (C, D, E) mean experts split by sensor.",
+        "",
+        *usage_lines([r for r in runs if r["seed"] == 0]),
+        "",
+        *chart,
+        *card_md,
+        *paper_md,
+        *throughput_lines(speed + ([huge] if huge else [])),
+        *nonfinite_lines(runs),
+    ]
+    data = {
+        "tier": asdict(spec),
+        "runs": runs,
+        "table": table,
+        "card": {"tier": asdict(TIERS["card"]), "runs": card, "table": card_table},
+        "paper": {"tier": asdict(TIERS["paper"]), "runs": at_scale, "table": paper_table},
+        "throughput": speed,
+        "huge": huge,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    write_results(results, "pointcloud", "\n".join(md), data)

@@ -1,0 +1,131 @@
+import pytest
+
+from bench.video import PROMOE_CONFIGS, TIERS, claims
+
+
+def test_the_full_tier_covers_4k_to_64k_tokens_three_seeds_and_both_promoe_ablations():
+    full = TIERS["full"]
+    assert full["tokens"][0] == 4096 and full["tokens"][-1] == 65536
+    assert max(TIERS["quick"]["tokens"]) == 16384
+    assert len(full["quality_seeds"]) == 3 and len(full["promoe_seeds"]) == 3
+    assert {c.get("ffn") for c in PROMOE_CONFIGS.values()} == {"dense", "moe", "promoe", "ec", "race"}
+    assert {"promoe_conditional": False, "ffn": "promoe"} in PROMOE_CONFIGS.values()
+    assert {"contrastive_weight": 0.0, "ffn": "promoe"} in PROMOE_CONFIGS.values()
+
+
+def _data(moga_loss, promoe_loss, time_ratio):
+    attention = [{"tokens": 16384, "time_ratio": time_ratio, "flop_fraction": 0.3, "mass_recall": 0.6,
+                  "mass_recall_random_groups": 0.25}]  # fmt: skip
+    quality = {m: [{"heldout_rf_loss": v}] for m, v in (("full", 0.20), ("moga", moga_loss), ("local", 0.25))}
+    promoe = {label: [{"heldout_rf_loss": 0.3}] for label in PROMOE_CONFIGS}
+    promoe["ProMoE"] = [{"heldout_rf_loss": promoe_loss}]
+    return {"tier": "full", "attention": attention, "quality": quality, "promoe": promoe}
+
+
+def test_the_claim_lines_say_yes_only_when_the_numbers_support_them():
+    good = claims(_data(moga_loss=0.205, promoe_loss=0.25, time_ratio=0.5))
+    bad = claims(_data(moga_loss=0.26, promoe_loss=0.35, time_ratio=1.3))
+    assert "**yes**" in good[0] and "**no**" in bad[0]
+    assert good[2].count("**yes**") == 2 and bad[2].count("**no**") == 2
+    assert "**yes**" in good[3] and "**no**" in bad[3]
+
+
+def test_the_baseline_claims_compare_moga_with_each_baseline_and_call_overlapping_seeds_a_tie():
+    from bench.video import QUALITY_MODES, attention_baselines_report
+
+    data = _data(moga_loss=0.205, promoe_loss=0.25, time_ratio=0.5)
+    data["quality"] = {m: [{"heldout_rf_loss": v}] for m, v in zip(QUALITY_MODES, (0.2, 0.205, 0.25, 0.3, 0.2, 0.1))}
+    data["quality"]["random"] = [{"heldout_rf_loss": v} for v in (0.30, 0.31, 0.29)]
+    data["quality"]["moga"] = [{"heldout_rf_loss": v} for v in (0.20, 0.21, 0.205)]
+    data["quality"]["blocktopk"] = [{"heldout_rf_loss": v} for v in (0.19, 0.22, 0.20)]
+    patterns = {
+        name: {"mass_recall": recall, "flop_fraction": 0.25, "time_ratio": 1.0}
+        for name, recall in (("random", 0.25), ("blocktopk", 0.8), ("sta", 0.5))
+    }
+    data["attention_baselines"] = [
+        {"tokens": 8464, "grid": [16, 23, 23], "sta_tile": [4, 4, 4], "block_topk": 4, "patterns": patterns}
+    ]
+    lines = claims(data)
+    random = next(line for line in lines if "vs random groups" in line)
+    block = next(line for line in lines if "vs block top-k" in line)
+    sta = next(line for line in lines if "vs sliding tile" in line)
+    assert "lower: **yes** (beyond 2 sd" in random
+    assert "a tie" in block
+    assert "lower: **no**" in sta
+    recall = next(line for line in lines if line.startswith("- Mass recall"))
+    assert recall.endswith("**no**.")  # block top-k keeps more mass than MoGA's 0.6
+    table = "\n".join(attention_baselines_report(data["attention_baselines"]))
+    assert "| 8464 | blocktopk | 0.250 | 1.00 | 0.800 |" in table
+    assert "tile shrinks to 4×1×1" in table
+
+
+def test_the_quick_tier_runs_three_seeds_of_every_quality_pattern_and_the_ec_dit_baseline():
+    from bench.video import QUALITY_MODES
+
+    assert set(QUALITY_MODES) == {"full", "moga", "local", "random", "blocktopk", "sta"}
+    assert len(TIERS["quick"]["quality_seeds"]) == 3 and len(TIERS["quick"]["promoe_seeds"]) == 3
+    assert {"ffn": "ec"} in PROMOE_CONFIGS.values()
+
+
+def test_the_longer_study_reports_only_seeds_that_every_contender_finished():
+    from bench.video import _complete_seeds
+
+    found = {0: {"a": {"seed": 0}, "b": {"seed": 0}}, 1: {"a": {"seed": 1}}, 2: {"a": {"seed": 2}, "b": {"seed": 2}}}
+    kept = _complete_seeds(found, ("a", "b"))
+    assert [r["seed"] for r in kept["a"]] == [0, 2] and [r["seed"] for r in kept["b"]] == [0, 2]
+    assert _complete_seeds({1: {"a": {}}}, ("a", "b")) == {}
+
+
+def test_the_race_dit_and_activation_ablations_are_configured_without_renaming_cached_runs():
+    from bench.video import _promoe_slug
+
+    assert PROMOE_CONFIGS["Race-DiT (global top-k + shared)"] == {"ffn": "race"}
+    assert PROMOE_CONFIGS["ProMoE − identity → sigmoid"] == {"ffn": "promoe", "promoe_activation": "sigmoid"}
+    assert PROMOE_CONFIGS["ProMoE − identity → softmax"] == {"ffn": "promoe", "promoe_activation": "softmax"}
+    slugs = [_promoe_slug(label) for label in PROMOE_CONFIGS]
+    assert len(set(slugs)) == len(slugs)
+    # the names the cached results were written under before these rows existed
+    assert slugs[:6] == ["dense", "dit-moe", "ec-dit", "promoe", "promoe-nocond", "promoe-norcl"]
+    assert slugs[6:] == ["race-dit", "promoe-sigmoid", "promoe-softmax"]
+
+
+def test_the_claims_compare_promoe_with_race_dit_and_check_the_papers_activation_order():
+    good = _data(moga_loss=0.205, promoe_loss=0.25, time_ratio=0.5)
+    good["promoe"]["ProMoE − identity → sigmoid"] = [{"heldout_rf_loss": 0.26}]
+    good["promoe"]["ProMoE − identity → softmax"] = [{"heldout_rf_loss": 0.27}]
+    lines = claims(good)
+    race = next(line for line in lines if "vs Race-DiT" in line)
+    assert "lower: **yes**" in race
+    activation = next(line for line in lines if line.startswith("- Activation"))
+    assert "identity < sigmoid < softmax" in activation and activation.count("**yes**") == 1
+    bad = _data(moga_loss=0.205, promoe_loss=0.25, time_ratio=0.5)
+    bad["promoe"]["ProMoE − identity → softmax"] = [{"heldout_rf_loss": 0.2}]
+    activation = next(line for line in claims(bad) if line.startswith("- Activation"))
+    assert "softmax < identity" in activation and "**no**" in activation
+
+
+def _row(label, seed, steps, loss=0.3):
+    return {"heldout_rf_loss": loss, "accuracy": 0.1, "fcd": 20.0, "seed": seed, "steps": steps,
+            "activated_ffn_parameters": 1, "parameters": 2, "label": label}  # fmt: skip
+
+
+def test_the_cache_only_report_leaves_out_configurations_never_run_without_training_them(tmp_path, monkeypatch):
+    from bench import video
+
+    monkeypatch.setattr(video.cache, "CACHE", tmp_path / "video")
+    monkeypatch.setattr(video.study, "train_and_evaluate", lambda *a, **k: pytest.fail("the report-only path trained"))
+    old = list(PROMOE_CONFIGS)[:6]
+    for label in old:
+        for seed in (0, 1, 2):
+            for steps in (150, video.EXTENDED_STEPS):
+                video.store().put(f"promoe-{video._promoe_slug(label)}-s{seed}-{steps}", _row(label, seed, steps))
+    race = "Race-DiT (global top-k + shared)"
+    video.store().put(f"promoe-race-dit-s0-{video.EXTENDED_STEPS}", _row(race, 0, 600))
+
+    short, info = video.promoe_study(video.TIERS["quick"], compute=False)
+    assert list(short) == old and all(len(rows) == 3 for rows in short.values()) and info is None
+    section = "\n".join(video.promoe_section("3. ProMoE (150 steps", short, {}))
+    assert "Not run at this budget yet: Race-DiT (global top-k + shared), ProMoE − identity → sigmoid" in section
+    # Race-DiT ran seed 0 only: seeds 1 and 2 drop for everyone; the activation rows never ran and are left out
+    longer = video.extended_promoe(video.TIERS["quick"], compute=False)
+    assert list(longer) == [*old, race] and all([r["seed"] for r in rows] == [0] for rows in longer.values())
