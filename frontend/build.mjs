@@ -25,9 +25,19 @@ const options = {
   logLevel: "info",
 };
 
+// The theme script runs before the first paint, so it is a classic script (not a module) of its own.
+const themeInit = {
+  entryPoints: { "theme-init": path.join(here, "src/js/theme-init.js") },
+  outdir,
+  bundle: true,
+  format: "iife",
+  target: ["es2020"],
+  minify: !watch,
+  logLevel: "info",
+};
+
 if (watch) {
-  const context = await esbuild.context(options);
-  await context.watch();
+  for (const config of [options, themeInit]) await (await esbuild.context(config)).watch();
 } else {
-  await esbuild.build(options);
+  await Promise.all([esbuild.build(options), esbuild.build(themeInit)]);
 }

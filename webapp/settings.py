@@ -47,6 +47,7 @@ CELERY_IMPORTS = ["workers.verify"]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "webapp.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -56,6 +57,32 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
+
+# Every HTML page (webapp/security.py): scripts, styles, fonts and fetches from our own origin
+# only. No inline script and no eval: the bundled modules carry all the code, and Vega draws
+# through its CSP-safe expression interpreter (frontend/src/js/charts.js). No inline style either:
+# templates set no style attribute and scripts style through the DOM, which a policy allows.
+# data: images are the favicon and Vega's image export; blob: is what the point-cloud viewer and
+# the video player load from. Set MOELAB_CONTENT_SECURITY_POLICY to replace it ("" turns it off).
+CONTENT_SECURITY_POLICY = env_str(
+    "MOELAB_CONTENT_SECURITY_POLICY",
+    "; ".join(
+        [
+            "default-src 'self'",
+            "script-src 'self'",
+            "style-src 'self'",
+            "img-src 'self' data: blob:",
+            "media-src 'self' blob:",
+            "font-src 'self'",
+            "connect-src 'self'",
+            "worker-src 'self' blob:",
+            "object-src 'none'",
+            "base-uri 'self'",
+            "form-action 'self'",
+            "frame-ancestors 'none'",
+        ]
+    ),
+)
 
 ROOT_URLCONF = "webapp.urls"
 WSGI_APPLICATION = "webapp.wsgi.application"
@@ -161,7 +188,7 @@ STORAGES = {
 DATA_UPLOAD_MAX_NUMBER_FILES = env_int("MOELAB_MAX_UPLOAD_FILES", 64)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 
-# -- Celery (see shared/papers/platform-notes.md, "Celery for long GPU jobs") --------------------
+# -- Celery (long GPU jobs: docs/deployment.md) ---------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 BROKER_DIR = VAR_DIR / "broker"
 if CELERY_BROKER_URL.startswith("filesystem://"):
@@ -187,10 +214,19 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = False  # early ack: a long job is never redelivered after the visibility timeout
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_DISABLE_PREFETCH = CELERY_BROKER_URL.startswith("redis") and env_bool("MOELAB_DISABLE_PREFETCH", True)
-# GPU workers take a fresh child per job (`--max-tasks-per-child 1` in docker-compose.yml) to keep
-# GPU memory clean. Replacing a child costs up to ~5 s of dispatch latency (bench/results/platform.md),
-# so CPU workers and `make run` reuse children unless MOELAB_MAX_TASKS_PER_CHILD says otherwise.
+# Children are reused: billiard's own recycling (`--max-tasks-per-child`) hands the next job to the
+# child that is about to exit and finds it again only on its 5 s timer (4-5 s of dispatch latency in
+# bench/results/platform.md), so a fresh process per job is ours instead (the next setting).
 CELERY_WORKER_MAX_TASKS_PER_CHILD = env_int("MOELAB_MAX_TASKS_PER_CHILD", 0) or None
+#: GPU workers run each job in a process of its own, forked from the warm pool child and gone when
+#: the job ends, so no CUDA context, allocator cache or leaked tensor outlives a job
+#: (workers/forked.py; docker-compose.yml's worker-gpu sets it).
+WORKER_FRESH_PROCESS_PER_JOB = env_bool("MOELAB_FRESH_PROCESS_PER_JOB", False)
+#: Modules the worker's parent imports before it forks its pool (workers/preload.py), so a fresh
+#: process starts with them loaded. "default" stands for torch, numpy, the job machinery and every
+#: kind's module; it is the default when WORKER_FRESH_PROCESS_PER_JOB is on. Add more by name
+#: (MOELAB_WORKER_PRELOAD=default,transformers); an empty value preloads nothing.
+WORKER_PRELOAD_MODULES = env_list("MOELAB_WORKER_PRELOAD", "default" if WORKER_FRESH_PROCESS_PER_JOB else "")
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -199,6 +235,9 @@ HEARTBEAT_STALE_SECONDS = env_int("MOELAB_HEARTBEAT_STALE_SECONDS", 60)
 WORKER_UP_SECONDS = env_int("MOELAB_WORKER_UP_SECONDS", 30)
 #: Refuse a job whose ``estimate`` needs more memory than this (bytes; 0 = no check).
 WORKER_MEMORY_LIMIT = env_int("MOELAB_WORKER_MEMORY_BYTES", 0)
+
+# -- worker scratch (workers/scratch.py): each worker sweeps what killed jobs left in its temp dir --
+SCRATCH_SWEEP_SECONDS = env_int("MOELAB_SCRATCH_SWEEP_SECONDS", 300)
 
 # -- team library (uploads land in a local part file until complete; workers cache items by sha256) --
 LIBRARY_UPLOAD_DIR = Path(env_str("MOELAB_UPLOAD_DIR", str(VAR_DIR / "uploads")))
@@ -223,9 +262,17 @@ if not DEBUG:
     SECURE_CONTENT_TYPE_NOSNIFF = True
     X_FRAME_OPTIONS = "DENY"
 
+# A refused request (403, a CSRF failure, any 4xx) is one line, method, path, user id and reason,
+# never a traceback (webapp/security.py). The filter sits on the loggers Django writes them to, so
+# it rewrites the record before any handler, ours or a deployment's, sees it.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"client_error_one_line": {"()": "webapp.security.ClientErrorOneLine"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "django.request": {"filters": ["client_error_one_line"]},
+        "django.security.csrf": {"filters": ["client_error_one_line"]},
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }

@@ -133,6 +133,12 @@ class DatabaseContext(JobContext):
         else:
             self.log(f"the team library refused {item.path.name}: {entry.error}")
 
+    def _on_allowance(self, name: str, wanted: int) -> int:
+        """Budgets are the platform's: charged to the job's team and the address it was submitted from."""
+        from webapp.portal.budget import take_for_job
+
+        return take_for_job(self.job, name, wanted)
+
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 

@@ -1,13 +1,11 @@
-"""A job's life on a worker: claim, prepare, run through ``ctx``, finish (``shared/DESIGN.md``,
+"""A job's life on a worker: claim, prepare, run through ``ctx``, finish (``docs/architecture.md``,
 "Job lifecycle"). The task in :mod:`workers.tasks` only calls :func:`run_job`."""
 
 from __future__ import annotations
 
 import logging
-import shutil
 import socket
-import tempfile
-from pathlib import Path
+import threading
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -21,9 +19,11 @@ from mlcore.jobs.spec import JobError, ValidationError
 from webapp.jobs import storage
 from webapp.jobs.models import Job, JobArtifact
 from webapp.jobs.resolver import PlatformResolver
+from webapp.jobs.services import safe_message
 from webapp.library.cache import leases as library_leases
 from workers.context import DatabaseContext
 from workers.device import task_device
+from workers.scratch import JobScratch
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +41,19 @@ def claim(job_id: str, *, worker: str) -> Job | None:
 
 
 def finish(job: Job, outcome: Outcome) -> bool:
-    """Record the outcome, only if the job is still RUNNING (the reaper may have given up on it)."""
+    """Record the outcome, only if the job is still RUNNING (the reaper may have given up on it).
+
+    ``error`` is what the job page, the API and ``moelab submit`` show, so server paths are cut
+    from it here, whatever raised it; ``traceback`` is for staff (the admin) and the log only.
+    """
+    if outcome.reference:
+        # The reference in the user's message finds this entry (and the admin's copy of it).
+        log.error("job %s: internal error (reference %s)\n%s", job.pk, outcome.reference, outcome.traceback)
     status = {"succeeded": Job.Status.SUCCEEDED, "failed": Job.Status.FAILED, "cancelled": Job.Status.CANCELLED}
     fields = {
         "status": status[outcome.status],
         "finished_at": timezone.now(),
-        "error": outcome.error,
+        "error": safe_message(outcome.error),
         "traceback": outcome.traceback,
     }
     if outcome.status == "succeeded":
@@ -71,14 +78,16 @@ def _execute(job: Job, ctx: DatabaseContext) -> Outcome:
         kind = get_kind(job.kind)
     except UnknownKind as exc:
         return Outcome("failed", error=f"{exc} This worker cannot run it; ask an admin to update the workers.")
-    # The library items the job gets stay in the worker's cache until it ends (see library_leases).
-    with storage.local_inputs(job) as files, library_leases():
+    # The library items the job gets stay in the worker's cache until it ends (see library_leases);
+    # the unsealed key files the resolver hands out are removed when it ends, however it ends.
+    resolver = PlatformResolver(team=job.team_id, workdir=ctx.workdir)
+    with storage.local_inputs(job) as files, library_leases(), resolver:
         try:
             params, inputs = runner.prepare(
                 kind,
                 job.params,
                 files,
-                resolver=PlatformResolver(team=job.team_id),
+                resolver=resolver,
                 workdir=ctx.workdir,
                 memory_limit=settings.WORKER_MEMORY_LIMIT or None,
             )
@@ -86,6 +95,10 @@ def _execute(job: Job, ctx: DatabaseContext) -> Outcome:
             return Outcome("failed", error=f"Invalid parameters: {exc}")
         except JobError as exc:
             return Outcome("failed", error=str(exc))
+        except SoftTimeLimitExceeded:
+            raise
+        except Exception as exc:  # a resolver or a check that broke: ours to fix, not the user's
+            return runner.internal_error(exc, during="while preparing the inputs")
         record = provenance.collect(seed=runner.seed_of(kind, params), device=ctx.device_name, inputs=inputs)
         Job.objects.filter(pk=job.pk).update(provenance=record)
         return runner.execute(kind, params, inputs, ctx, passthrough=(SoftTimeLimitExceeded,))
@@ -98,7 +111,11 @@ def run_job(job_id: str, *, worker: str | None = None) -> str:
     if job is None:
         log.info("job %s: not queued any more (duplicate delivery or cancelled); skipping", job_id)
         return "skipped"
-    workdir = Path(tempfile.mkdtemp(prefix=f"moelab-job-{job.pk}-"))
+    # One locked folder per attempt holds everything the job writes to disk; a sweep removes it
+    # if this process is killed before the ``finally`` below (workers/scratch.py). Only a process
+    # of its own (a prefork child, whose main thread runs the task) redirects its temporary files.
+    scratch = JobScratch.create(job.pk, redirect_tempfiles=threading.current_thread() is threading.main_thread())
+    workdir = scratch.workdir
     ctx: DatabaseContext | None = None
     try:
         device = task_device()
@@ -113,16 +130,11 @@ def run_job(job_id: str, *, worker: str | None = None) -> str:
         finally:
             ctx.stop()
     except Exception as exc:  # the platform itself failed (storage, database): still end the job
-        log.exception("job %s: worker error", job.pk)
-        import traceback
-
-        outcome = Outcome(
-            "failed", error=f"Worker error: {type(exc).__name__}: {exc}", traceback=traceback.format_exc()
-        )
+        outcome = runner.internal_error(exc, during="in the worker")
     finally:
         if ctx is not None:
             ctx.discard()
-        shutil.rmtree(workdir, ignore_errors=True)
+        scratch.remove()
     finish(job, outcome)
     log.info("job %s: %s %s", job.pk, outcome.status, outcome.error)
     return outcome.status

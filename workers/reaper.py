@@ -1,6 +1,8 @@
 """The reaper: nothing stays RUNNING forever. A job whose heartbeat went stale (its worker was
-killed, lost power or ran out of memory) is marked FAILED with a reason the user can act on, and
-a library item whose validation message was lost is sent to the workers again."""
+killed, lost power or ran out of memory) is marked FAILED with a reason the user can act on, the
+scratch that killed jobs left on this host's disk is removed (``workers/scratch.py``; every worker
+also sweeps its own host), and a library item whose validation message was lost is sent to the
+workers again."""
 
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from webapp.jobs.models import Job, JobArtifact
+from workers.scratch import sweep_logged
 
 
 def reap_stale_jobs(*, stale_seconds: int | None = None) -> list[str]:
-    """Fail RUNNING jobs without a heartbeat for ``stale_seconds``; returns their ids."""
+    """Fail RUNNING jobs without a heartbeat for ``stale_seconds`` and sweep this host's scratch of
+    jobs no longer running; returns the ids of the jobs failed."""
     stale_seconds = stale_seconds or settings.HEARTBEAT_STALE_SECONDS
     now = timezone.now()
     cutoff = now - timedelta(seconds=stale_seconds)
@@ -33,6 +37,9 @@ def reap_stale_jobs(*, stale_seconds: int | None = None) -> list[str]:
         ):
             JobArtifact.objects.filter(job_id=job_id).update(unfinished=True)
             reaped.append(str(job_id))
+    # After the reaping, so the jobs just failed count as no longer running. A reaped job whose
+    # process still lives on this host keeps its folder (it holds the folder's lock) until it ends.
+    sweep_logged()
     return reaped
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from celery import signals
 
 from webapp.celery import LIBRARY_INGEST, REAP, RUN_JOB, app
+from workers import scratch  # noqa: F401  (its worker_ready handler sweeps this host's disk)
 
 log = logging.getLogger(__name__)
 _status_beat: Any = None
@@ -16,9 +17,16 @@ _status_beat: Any = None
 
 @app.task(name=RUN_JOB, bind=True, ignore_result=True, acks_late=False)
 def run_job(self: Any, job_id: str) -> str:
+    from django.conf import settings
+
+    worker = self.request.hostname or None
+    if settings.WORKER_FRESH_PROCESS_PER_JOB:
+        from workers.forked import run_job_in_fresh_process
+
+        return run_job_in_fresh_process(job_id, worker=worker)
     from workers.lifecycle import run_job as run
 
-    return run(job_id, worker=self.request.hostname or None)
+    return run(job_id, worker=worker)
 
 
 @app.task(name=REAP, ignore_result=True)
@@ -41,6 +49,21 @@ def library_ingest(item_id: int) -> str:
     from webapp.library.ingest import ingest_item
 
     return ingest_item(item_id)
+
+
+@signals.worker_init.connect
+def preload_job_modules(**_: Any) -> None:
+    """In the worker's parent, before the pool forks (see workers/preload.py)."""
+    from django.conf import settings
+
+    from workers.preload import PreloadError, preload
+
+    try:
+        preload(settings.WORKER_PRELOAD_MODULES)
+    except PreloadError as exc:
+        # Celery logs and swallows a handler's Exception; a worker that would fail every job must not start.
+        log.critical("%s", exc)
+        raise SystemExit(f"worker not started: {exc}") from None
 
 
 @signals.worker_ready.connect

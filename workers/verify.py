@@ -18,11 +18,12 @@ log = logging.getLogger(__name__)
 
 
 @app.task(name=VERIFY_IMAGES, ignore_result=True, acks_late=False)
-def verify_images(request_id: str, images: list[str]) -> str:
-    """``images``: base64 of each uploaded file, already checked by the web process."""
+def verify_images(request_id: str, images: list[str], only_teams: list[int] | None = None) -> str:
+    """``images``: base64 of each uploaded file, already checked by the web process; ``only_teams``:
+    search those teams' keys only (the viewer's daily budget for other teams' keys is spent)."""
     from webapp.portal.verifier import answer
 
-    return answer(request_id, images)
+    return answer(request_id, images, only_teams)
 
 
 @signals.worker_process_init.connect

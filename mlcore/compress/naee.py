@@ -22,8 +22,8 @@ from torch import Tensor
 
 from mlcore.compress.calibrate import Calibration
 from mlcore.compress.plan import CompressionPlan
+from mlcore.errors import JobError
 from mlcore.hf.adapter import MoEAdapter
-from mlcore.jobs.spec import JobError
 
 MAX_SUBSETS = 20_000
 SUBSET_BATCH = 64

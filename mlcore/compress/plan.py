@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from mlcore.errors import JobError
 from mlcore.hf.adapter import MoEAdapter
-from mlcore.jobs.spec import JobError
 
 
 @dataclass

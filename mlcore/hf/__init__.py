@@ -12,8 +12,8 @@ from mlcore.hf.architectures import ARCHITECTURES, SUPPORTED, HFModelError, tiny
 
 if TYPE_CHECKING:
     from mlcore.hf.adapter import MoEAdapter, MoELayerInfo, adapt
-    from mlcore.hf.checkpoint import load_model
     from mlcore.hf.layerwise import layer_by_layer
+    from mlcore.hf.loading import load_model
 
 __all__ = [
     "ARCHITECTURES",
@@ -31,7 +31,7 @@ _LAZY = {
     "MoEAdapter": "mlcore.hf.adapter",
     "MoELayerInfo": "mlcore.hf.adapter",
     "adapt": "mlcore.hf.adapter",
-    "load_model": "mlcore.hf.checkpoint",
+    "load_model": "mlcore.hf.loading",
     "layer_by_layer": "mlcore.hf.layerwise",
 }
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mlcore.jobs.spec import JobError
+from mlcore.errors import JobError
 
 #: How a router turns logits into (weights, indices); see ``mlcore.hf.routing``.
 RouterRule = Literal["softmax_topk", "deepseek_v2", "deepseek_v3", "gpt_oss"]

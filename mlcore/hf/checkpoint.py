@@ -1,10 +1,7 @@
-"""Load MoE checkpoints from local directories, safely, and keep the adapter's edits with them.
+"""The sidecar: the adapter's edits that a stock config cannot hold, kept next to a checkpoint.
 
-Loading never executes code from a checkpoint: only ``model_type`` values that transformers
-ships (and this adapter supports) are accepted, configs asking for remote code (``auto_map``) are
-refused, and weights are read from safetensors only (pickle ``.bin`` / ``.pt`` files are never
-opened). Edits that a stock config cannot hold (router masks of the softmax routers, novices of
-bias-free experts) are stored in the sidecar ``moelab_experts.safetensors``:
+Router masks of the softmax routers and novices of bias-free experts are stored in
+``moelab_experts.safetensors`` (loading, which re-applies it, is in :mod:`mlcore.hf.loading`):
 
     layers.{i}.masked          bool[E]     experts taken out of routing in decoder layer i
     layers.{i}.novice_ids      int64[n]    experts replaced by constants
@@ -16,69 +13,18 @@ recorded there too, so the sidecar always lists every edit.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from mlcore.hf.architectures import SUPPORTED, HFModelError, arch_spec
+from mlcore.hf.architectures import HFModelError
 
 if TYPE_CHECKING:
     from mlcore.hf.adapter import MoEAdapter
 
 SIDECAR = "moelab_experts.safetensors"
 _SIDECAR_FORMAT = "moelab-hf-experts"
-_PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle"}
-
-
-def checked_config(path: Path) -> Any:
-    """The config of a local checkpoint directory, after the safety checks in the module docstring."""
-    from transformers import AutoConfig
-
-    path = Path(path)
-    if not path.is_dir() or not (path / "config.json").is_file():
-        raise HFModelError(
-            f"{path}: not a local model directory; pass a directory holding config.json and safetensors."
-        )
-    raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    if "auto_map" in raw:
-        raise HFModelError(
-            f"{path}: config.json asks for remote code (auto_map), which MoE Lab never runs; "
-            f"use a checkpoint of a model type transformers ships ({', '.join(SUPPORTED)})."
-        )
-    arch_spec(str(raw.get("model_type")))
-    if not weight_files(path):
-        pickles = sorted(p.name for p in path.iterdir() if p.suffix in _PICKLE_SUFFIXES)
-        found = f" (found pickle files {', '.join(pickles)})" if pickles else ""
-        raise HFModelError(
-            f"{path}: no safetensors weights{found}; convert the checkpoint to safetensors, MoE Lab never unpickles."
-        )
-    return AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
-
-
-def weight_files(path: Path) -> list[Path]:
-    return sorted(p for p in Path(path).glob("*.safetensors") if p.name != SIDECAR)
-
-
-def load_model(path: Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Any:
-    """Load a local MoE checkpoint (safetensors only, no remote code) and re-apply its sidecar."""
-    from transformers import AutoModelForCausalLM
-
-    from mlcore.hf.adapter import adapt
-
-    config = checked_config(path)
-    model = AutoModelForCausalLM.from_pretrained(
-        path,
-        config=config,
-        dtype=dtype,
-        use_safetensors=True,
-        trust_remote_code=False,
-        local_files_only=True,
-    )
-    model.to(device).eval()
-    apply_sidecar(adapt(model), path)
-    return model
 
 
 def write_sidecar(adapter: MoEAdapter, path: Path) -> None:
@@ -109,7 +55,7 @@ def apply_sidecar(adapter: MoEAdapter, path: Path) -> None:
     with safe_open(target, framework="pt") as sidecar:
         metadata = sidecar.metadata() or {}
         if metadata.get("format") != _SIDECAR_FORMAT or metadata.get("model_type") != adapter.arch:
-            raise HFModelError(f"{target}: not a MoE Lab expert sidecar for a {adapter.arch} model; remove it.")
+            raise HFModelError(f"{target.name}: not a MoE Lab expert sidecar for a {adapter.arch} model; remove it.")
         names = set(sidecar.keys())
         for info in adapter.layers:
             prefix = f"layers.{info.index}."

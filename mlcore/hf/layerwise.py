@@ -27,7 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from mlcore.hf.architectures import HFModelError
-from mlcore.hf.checkpoint import apply_sidecar, checked_config, weight_files
+from mlcore.hf.checkpoint import apply_sidecar
+from mlcore.hf.loading import checked_config, weight_files
 
 _PER_EXPERT = re.compile(
     r"^(?P<prefix>.*\.experts)\.(?P<expert>\d+)\.(?P<proj>w1|w2|w3|gate_proj|up_proj|down_proj)\.weight$"

@@ -122,11 +122,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = runner.execute(kind, params, inputs, ctx)
     if sys.stderr.isatty():
         sys.stderr.write("\n")
-    (out / "outcome.json").write_text(json.dumps({"status": outcome.status, "error": outcome.error}, indent=1))
+    # On the user's own machine the exception itself is theirs to read (there are no staff to ask);
+    # the platform shows only the reference.
+    error = f"Internal error: {outcome.detail}" if outcome.reference else outcome.error
+    (out / "outcome.json").write_text(json.dumps({"status": outcome.status, "error": error}, indent=1))
     if outcome.status != "succeeded":
         if outcome.traceback and args.verbose:
             print(outcome.traceback, file=sys.stderr)
-        print(f"moelab: {outcome.status}: {outcome.error}", file=sys.stderr)
+        hint = " (run with -v for the traceback)" if outcome.reference and not args.verbose else ""
+        print(f"moelab: {outcome.status}: {error}{hint}", file=sys.stderr)
         return 1
     print(f"moelab: done; results in {out}")
     return 0
@@ -158,10 +162,22 @@ def _api(server: str, token: str, method: str, path: str, body: bytes | None = N
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read() or b"null")
     except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:2000]
-        raise SystemExit(f"moelab: {method} {path} failed with HTTP {exc.code}: {detail}") from None
+        raise SystemExit(f"moelab: {method} {path} failed with HTTP {exc.code}{_detail(exc.read())}") from None
     except urllib.error.URLError as exc:
         raise SystemExit(f"moelab: cannot reach {server}: {exc.reason}") from None
+
+
+def _detail(body: bytes) -> str:
+    """The API's ``{"detail": ...}`` as text. Any other body (a proxy's or a server's error page)
+    is not shown: it is not meant for users and may hold what they should not see."""
+    try:
+        detail = json.loads(body)["detail"]
+    except (ValueError, TypeError, KeyError):
+        return ""
+    if isinstance(detail, list):
+        items = [item for item in detail if isinstance(item, dict)]
+        detail = "; ".join(f"{item.get('field', '__all__')}: {item.get('message', '')}" for item in items)
+    return f": {str(detail)[:2000]}"
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

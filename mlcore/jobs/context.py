@@ -152,6 +152,17 @@ class JobContext(ABC):
         self.registrations.append(item)
         self._on_register(item)
 
+    # -- budgets -----------------------------------------------------------------------------
+    def take_allowance(self, name: str, wanted: int) -> int:
+        """Take up to ``wanted`` units of a budget the platform limits per team and client address
+        (e.g. ``watermark-foreign-matches``: images a verify job may match against other teams'
+        keys) and return how many were granted. Outside the platform nothing is limited."""
+        wanted = max(0, int(wanted))
+        return min(wanted, max(0, self._on_allowance(name, wanted)))
+
+    def _on_allowance(self, name: str, wanted: int) -> int:
+        return wanted
+
     # -- cancellation ------------------------------------------------------------------------
     @abstractmethod
     def cancelled(self) -> bool: ...
@@ -175,11 +186,15 @@ class JobContext(ABC):
 class InMemoryContext(JobContext):
     """A context for tests: everything stays in attributes; ``cancel()`` requests cancellation."""
 
-    def __init__(self, *, workdir: Path | None = None, device: str = "cpu") -> None:
+    def __init__(
+        self, *, workdir: Path | None = None, device: str = "cpu", allowances: dict[str, int] | None = None
+    ) -> None:
         super().__init__(workdir=workdir or Path(tempfile.mkdtemp(prefix="moelab-")), device=device)
         self.lines: list[str] = []
         self.progress_history: list[tuple[float, str]] = []
         self._cancel = threading.Event()
+        #: Budgets left by name (a test sets them); a name not listed is unlimited.
+        self.allowances = dict(allowances or {})
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -192,6 +207,13 @@ class InMemoryContext(JobContext):
 
     def _on_log(self, line: str) -> None:
         self.lines.append(line)
+
+    def _on_allowance(self, name: str, wanted: int) -> int:
+        if name not in self.allowances:
+            return wanted
+        granted = min(wanted, self.allowances[name])
+        self.allowances[name] -= granted
+        return granted
 
 
 class DirectoryContext(InMemoryContext):

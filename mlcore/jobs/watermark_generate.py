@@ -4,6 +4,10 @@ The latent model samples fresh latents (z_T ~ N(0, I), DDIM down to z_0); the VA
 the adapters the key selects (MOLM, method card section 2) — new images, not re-decoded
 training images. Each image is checked on the way out: the extractor's bits are compared with
 the key, and the same latents decoded without markers give the PSNR/SSIM of the mark.
+
+The zoo's markers (``zoo:molm-tiny``) are committed to the repository, so anyone can read a mark they
+make. A key file from a production platform says whether it may be used with them
+(``allow_public_weights``, set by the operator); when it may not, the job refuses before sampling.
 """
 
 from __future__ import annotations
@@ -68,14 +72,8 @@ spec = JobSpec(
 
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    import torch
-    from PIL import Image
-
-    from mlcore.watermark.calibration import matched_bits
-    from mlcore.watermark.generator import GeneratorError, from_uint8
-    from mlcore.watermark.keys import InvalidKey, load_key_file
-    from mlcore.watermark.pipeline import decode_under_keys, key_tensor, load_bundle, read_bits
-    from mlcore.watermark.quality import psnr, ssim
+    from mlcore.watermark.disclosure import rests_on_public_weights
+    from mlcore.watermark.keys import InvalidKey, load_key_file, public_weights_allowed
 
     if "model" not in inputs:
         raise JobError("Pick a generator with markers (e.g. zoo:molm-tiny).")
@@ -83,8 +81,26 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         raise JobError("Pick one of your team's watermark keys.")
     try:
         record = load_key_file(Path(inputs["key"]))
+        allowed = public_weights_allowed(Path(inputs["key"]))
     except InvalidKey as exc:
         raise JobError(f"Key: {exc}") from None
+    public = rests_on_public_weights(Path(inputs["model"]))
+    if public and not allowed:
+        raise JobError(
+            "Model: these are the zoo's public demo markers; anyone can read a mark made with them offline, so "
+            "this platform does not mark images under your team's key with them. Train your own markers with "
+            "watermark-train and pick them here (an operator who accepts this can set "
+            "MOELAB_ALLOW_PUBLIC_WATERMARK_WEIGHTS=1)."
+        )
+    # The refusals above come before torch and diffusers are imported: they cost a refused job nothing.
+    import torch
+    from PIL import Image
+
+    from mlcore.watermark.calibration import matched_bits
+    from mlcore.watermark.generator import GeneratorError, from_uint8
+    from mlcore.watermark.pipeline import decode_under_keys, key_tensor, load_bundle, read_bits
+    from mlcore.watermark.quality import psnr, ssim
+
     ctx.progress(0.02, "loading the generator")
     try:
         bundle = load_bundle(Path(inputs["model"]), need_unet=True)
@@ -99,6 +115,11 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         f"generator: {bundle.card.get('routed_blocks') and len(bundle.card['routed_blocks'])} routed blocks, "
         f"{bundle.num_bits}-bit keys; key {record.name!r} ({record.id})"
     )
+    if public:
+        ctx.log(
+            "These images are marked with the public demo markers (zoo:molm-tiny): anyone can read the "
+            "mark offline, so it shows how the method works, not who made the image."
+        )
     ctx.progress(0.1, f"sampling {params['count']} latents")
     latents = bundle.generator.sample_latents(params["count"], seed=params["seed"], steps=params["steps"])
     ctx.raise_if_cancelled()

@@ -119,9 +119,9 @@ def as_text(batch: TaskBatch, tokenizer: Any, max_length: int) -> TaskBatch:
 def load_hf_lm(folder: Path, device: Any) -> tuple[Any, Any]:
     """(model, tokenizer) of a local Hugging Face MoE checkpoint for a job; every refusal is a
     one-line :class:`~mlcore.jobs.spec.JobError` that starts with ``Model:``."""
+    from mlcore.errors import JobError
     from mlcore.hf import load_model
     from mlcore.hf.architectures import HFModelError
-    from mlcore.jobs.spec import JobError
 
     if not (folder / "config.json").is_file():
         raise JobError("Model: no config.json; pick a Hugging Face MoE checkpoint directory.")

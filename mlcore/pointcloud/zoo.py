@@ -81,7 +81,7 @@ def verify(folder: Path) -> dict[str, Any]:
 
 def build(name: str, target: Path) -> None:
     """A zoo builder: copy the verified committed checkpoint ``name`` into ``target``."""
-    from mlcore.jobs.spec import JobError
+    from mlcore.errors import JobError
 
     folder = CHECKPOINTS / name
     if not (folder / "manifest.json").is_file():

@@ -1,4 +1,4 @@
-"""MOLM — Mixture of LoRA Markers (ICLR 2026; ``shared/papers/molm.md``): watermarking a generator.
+"""MOLM — Mixture of LoRA Markers (ICLR 2026): watermarking a generator.
 
 The generator stays frozen; each routed ResNet block of its VAE decoder carries P parallel LoRA
 adapters and the owner's binary key, cut into log2(P)-bit symbols, switches exactly one adapter on

@@ -25,10 +25,10 @@ def build_samples(target: Path) -> None:
     from PIL import Image
 
     from mlcore.catalog import materialize
-    from mlcore.jobs.references import builtin_items
     from mlcore.watermark.pipeline import decode_under_keys, key_tensor, load_bundle
+    from mlcore.zoo.registry import zoo_model
 
-    bundle = load_bundle(materialize(builtin_items()["molm-tiny"]), need_unet=True)
+    bundle = load_bundle(materialize(zoo_model("molm-tiny")), need_unet=True)
     # 10 DDIM steps, as the markers were trained and benchmarked: on 20-step samples the committed
     # markers read only 23–31 of 48 bits (bench/results/watermark.md), below the detection threshold.
     latents = bundle.generator.sample_latents(SAMPLES_PER_GROUP, seed=0, steps=10)

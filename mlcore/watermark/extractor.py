@@ -133,6 +133,6 @@ def load_extractor(directory: Path | str, **kwargs: Any) -> Extractor:
     """An :class:`Extractor` saved with ``save_pretrained``, in eval mode on the CPU, in float32."""
     directory = Path(directory)
     if not (directory / "config.json").is_file():
-        raise FileNotFoundError(f"{directory} holds no extractor (config.json is missing)")
+        raise FileNotFoundError(f"{directory.name} holds no extractor (config.json is missing)")
     model = Extractor.from_pretrained(directory, torch_dtype=torch.float32, **kwargs)
     return model.to("cpu").eval()

@@ -1,6 +1,6 @@
 """Watermark keys: random binary strings kept apart from each other, and the files that carry them.
 
-MOLM (``shared/papers/molm.md`` §2) turns an M-bit key κ into adapter choices; verification
+MOLM (ICLR 2026, §2) turns an M-bit key κ into adapter choices; verification
 (§2 step 6) counts how many of the extractor's bits agree with a registered key. Two keys that
 agree on most bits would make one organisation's images match the other's key, so a new key is
 drawn at random and kept at least ``min_distance`` bits (Hamming) away from every existing key.
@@ -10,8 +10,15 @@ nothing while ruling out near-duplicates.
 Two JSON files carry keys to job kinds, so the kinds stay Django-free:
 
 - a **key file** ``{"id", "name", "bits"}``: one key of the submitting team (a ``key`` parameter);
-- a **keyring** ``{"version": 1, "keys": [{"id", "name", "organisation", "bits", "revoked"}]}``:
+- a **keyring** ``{"version": 1, "keys": [{"id", "name", "organisation", "bits", "revoked", "own"}]}``:
   every registered key (the ``watermark-keyring`` dataset that ``watermark-verify`` searches).
+
+``own`` marks the keys of whoever runs the job: only those keys' ids, names, scores and decoded
+bits may appear in its outputs (:mod:`mlcore.watermark.disclosure`). A keyring without the flag is
+one the user wrote themselves (``moelab run``): they hold every key's bits, so every key is theirs.
+The platform's resolver always writes the flag. Both files also carry a random ``nonce``, so that
+their sha256 (recorded in a job's provenance) cannot be searched for the bits of a known id and name;
+a key file may carry ``allow_public_weights`` (the platform's policy on the public demo markers).
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ class KeyRecord:
     organisation: str
     bits: str
     revoked: bool = False
+    #: The viewer's own key (see the module docstring); other teams' keys are ``own=False``.
+    own: bool = True
 
     @property
     def num_bits(self) -> int:
@@ -119,15 +128,32 @@ def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InvalidKey(f"{what} {path}: no such file.") from None
+        raise InvalidKey(f"{what} {Path(path).name}: no such file.") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidKey(f"{what} {Path(path).name}: not valid JSON ({exc}).") from None
 
 
-def write_key_file(path: Path, *, id: str, name: str, bits: str) -> Path:
+def key_file_payload(*, id: str, name: str, bits: str, allow_public_weights: bool | None = None) -> bytes:
+    """The bytes of a key file (the platform's resolver writes them to memory, not to disk)."""
     check_bits(bits)
-    Path(path).write_text(json.dumps({"id": str(id), "name": name, "bits": bits}))
+    data: dict[str, Any] = {"id": str(id), "name": name, "bits": bits, "nonce": secrets.token_hex(16)}
+    if allow_public_weights is not None:
+        data["allow_public_weights"] = bool(allow_public_weights)
+    return json.dumps(data).encode()
+
+
+def write_key_file(path: Path, *, id: str, name: str, bits: str, allow_public_weights: bool | None = None) -> Path:
+    Path(path).write_bytes(key_file_payload(id=id, name=name, bits=bits, allow_public_weights=allow_public_weights))
     return Path(path)
+
+
+def public_weights_allowed(path: Path) -> bool:
+    """Whether the key file's issuer lets it mark images with the public demo markers.
+
+    A key file without the field is the user's own (``moelab run``): nothing to refuse.
+    """
+    data = _read_json(path, "key file")
+    return not isinstance(data, dict) or bool(data.get("allow_public_weights", True))
 
 
 def load_key_file(path: Path) -> KeyRecord:
@@ -139,9 +165,33 @@ def load_key_file(path: Path) -> KeyRecord:
     return KeyRecord(id=str(data["id"]), name=str(data.get("name", "")), organisation="", bits=bits)
 
 
+def keyring_payload(keys: Sequence[KeyRecord], *, foreign_extractors: Sequence[str] | None = None) -> bytes:
+    """The bytes of a keyring file. ``foreign_extractors``: the fingerprints
+    (:func:`mlcore.watermark.disclosure.extractor_fingerprint`) of the only extractors that may
+    match images against keys that are not ``own``; ``None`` leaves it unrestricted."""
+    payload: dict[str, Any] = {
+        "version": KEYRING_VERSION,
+        "nonce": secrets.token_hex(16),
+        "keys": [asdict(k) for k in keys],
+    }
+    if foreign_extractors is not None:
+        payload["foreign_extractors"] = sorted(foreign_extractors)
+    return json.dumps(payload).encode()
+
+
+def foreign_extractors(path: Path) -> frozenset[str] | None:
+    """The keyring's ``foreign_extractors`` (see :func:`keyring_payload`), ``None`` when it sets none."""
+    data = _read_json(path, "keyring")
+    allowed = data.get("foreign_extractors") if isinstance(data, dict) else None
+    if allowed is None:
+        return None
+    if not isinstance(allowed, list) or not all(isinstance(a, str) for a in allowed):
+        raise InvalidKey(f"keyring {Path(path).name}: foreign_extractors must be a list of fingerprints.")
+    return frozenset(allowed)
+
+
 def write_keyring(path: Path, keys: Sequence[KeyRecord]) -> Path:
-    payload = {"version": KEYRING_VERSION, "keys": [asdict(k) for k in keys]}
-    Path(path).write_text(json.dumps(payload))
+    Path(path).write_bytes(keyring_payload(keys))
     return Path(path)
 
 
@@ -165,6 +215,7 @@ def load_keyring(path: Path) -> list[KeyRecord]:
                 organisation=str(entry.get("organisation", "")),
                 bits=bits,
                 revoked=bool(entry.get("revoked", False)),
+                own=bool(entry.get("own", True)),
             )
         )
     lengths = {k.num_bits for k in keys}

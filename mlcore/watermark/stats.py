@@ -1,6 +1,6 @@
 """Is this image marked, and by whom? The binomial test of MOLM's verification step, over a keyring.
 
-``shared/papers/molm.md`` §2 step 6: with S of the k extracted bits equal to a key's bits, an
+MOLM (ICLR 2026) §2 step 6: with S of the k extracted bits equal to a key's bits, an
 unmarked image agrees with a fixed key bit by bit like a fair coin, so
 
     p = P[Bin(k, ½) ≥ S]                                                     (one key)
@@ -135,7 +135,9 @@ class Match:
         return self.key.organisation if self.key is not None and self.verdict == "detected" else None
 
     def describe(self) -> dict[str, object]:
-        """Full detail for the key's owners and for jobs (never the matched key's bits)."""
+        """Full detail (never the matched key's bits), for internal use only: it names the best key of
+        any team with its score, so it reaches a viewer only through
+        :func:`mlcore.watermark.disclosure.disclose`, which keeps what that viewer may see."""
         return {
             "verdict": self.verdict,
             "confidence": self.confidence,

@@ -1,6 +1,6 @@
 """Verification, end to end: images → extractor bits → the best key of a keyring → a verdict.
 
-The procedure of ``shared/papers/molm.md`` §2 step 6, shared by the ``watermark-verify`` job kind
+The procedure of MOLM (ICLR 2026) §2 step 6, shared by the ``watermark-verify`` job kind
 and the ``verify`` queue's workers (``workers/verify.py``), so a portal check and a batch job read
 the same bits and reach the same verdict. The statistics are in :mod:`mlcore.watermark.stats`.
 Images are opened defensively: only PNG, JPEG and WebP, with a pixel cap checked *before* the
@@ -27,12 +27,15 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from mlcore.watermark.extractor import Extractor
+    from mlcore.watermark.image_size import DeclaredSize
 
 log = logging.getLogger(__name__)
 
 PIL_FORMATS = ("PNG", "JPEG", "WEBP")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 DEFAULT_MAX_PIXELS = 16 * 2**20
+#: The smallest side a large JPEG is decoded at (8× the zoo extractor's 32-pixel input).
+JPEG_DRAFT_SIDE = 256
 
 
 class BadImage(ValueError):
@@ -40,37 +43,78 @@ class BadImage(ValueError):
 
 
 def open_image(source: Path | bytes, *, name: str = "image", max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
-    """Open a PNG, JPEG or WebP fully decoded as RGB, refusing truncated files and bombs.
+    """Open a PNG, JPEG or WebP fully decoded as RGB, refusing truncated files and bombs. A JPEG
+    larger than twice ``JPEG_DRAFT_SIDE`` comes back reduced by libjpeg (see below).
 
-    ``verify()`` catches corrupt chunks but invalidates the image, so the file is opened again and
-    ``load()`` decodes every pixel (a truncated file fails there, not later inside the extractor).
+    The size the header declares is checked before Pillow sees the file (Pillow's own guard fires
+    inside ``Image.open`` and calls every large image a bomb): over the limit, a file whose bytes
+    could hold the declared pixels is told the limit, one whose bytes could not is told that it is
+    a bomb or truncated (:mod:`mlcore.watermark.image_size`). ``verify()`` catches corrupt chunks
+    but invalidates the image, so the file is opened again and ``load()`` decodes every pixel (a
+    truncated file fails there, not later inside the extractor).
     """
     from PIL import Image
 
+    from mlcore.watermark.image_size import declared_size
+
     data = source if isinstance(source, bytes) else Path(source).read_bytes()
+    # Pillow warns above MAX_IMAGE_PIXELS and that warning is an error here: the limit is the lower.
+    limit = max_pixels if Image.MAX_IMAGE_PIXELS is None else min(max_pixels, Image.MAX_IMAGE_PIXELS)
+    declared = declared_size(data)
+    if declared is not None:
+        _check_declared_size(name, declared, len(data), limit)
     try:
         with warnings.catch_warnings():
             # Pillow only warns between MAX_IMAGE_PIXELS and twice that: make the warning an error.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=list(PIL_FORMATS)) as probe:
                 width, height = probe.size
-                if width * height > max_pixels:
-                    raise BadImage(
-                        f"{name}: {width}×{height} pixels is over the limit of {max_pixels:,}; "
-                        "scale it down (the extractor reads small images anyway)."
-                    )
+                if width * height > limit:
+                    raise BadImage(_over_limit(name, width, height, limit))
                 probe.verify()
             with Image.open(io.BytesIO(data), formats=list(PIL_FORMATS)) as image:
+                if image.format == "JPEG":
+                    # The extractor reads small images: libjpeg decodes at 1/2, 1/4 or 1/8 scale, keeping
+                    # both sides at least JPEG_DRAFT_SIDE, in a fraction of the time (a 4-megapixel photo
+                    # is a portal check's largest cost). It still reads every byte: truncation still fails.
+                    image.draft("RGB", (JPEG_DRAFT_SIDE, JPEG_DRAFT_SIDE))
                 image.load()
                 return image.convert("RGB")
     except BadImage:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise BadImage(f"{name}: declares far more pixels than it holds (a decompression bomb); refused.") from None
+        # Only when our header parser did not find the size (it always does for the formats above).
+        raise BadImage(
+            f"{name}: declares more pixels than the limit of {limit:,}; scale it down (if it is not that "
+            "large, the file is corrupt)."
+        ) from None
     except Image.UnidentifiedImageError:
         raise BadImage(f"{name}: not a PNG, JPEG or WebP image.") from None
     except (OSError, SyntaxError, ValueError) as exc:
         raise BadImage(f"{name}: truncated or corrupt image ({exc}).") from None
+
+
+def _over_limit(name: str, width: int, height: int, limit: int) -> str:
+    return (
+        f"{name}: {width}×{height} pixels is over the limit of {limit:,}; "
+        "scale it down (the extractor reads small images anyway)."
+    )
+
+
+def _check_declared_size(name: str, declared: DeclaredSize, size: int, limit: int) -> None:
+    """Invalid first, then a size the bytes cannot hold (a bomb), then the limit (a real, large image)."""
+    dims = f"{declared.width}×{declared.height}"
+    if declared.invalid:
+        raise BadImage(f"{name}: declares {dims} pixels, which is invalid ({declared.invalid}); the file is corrupt.")
+    if declared.pixels <= limit:
+        return
+    if declared.least_bytes is not None and size < declared.least_bytes:
+        raise BadImage(
+            f"{name}: declares {dims} pixels ({declared.pixels:,}), but its {size:,} bytes cannot hold them "
+            f"(a {declared.format} that size takes at least {declared.least_bytes:,}): a decompression bomb or "
+            "a truncated file; refused."
+        )
+    raise BadImage(_over_limit(name, declared.width, declared.height, limit))
 
 
 def image_files(paths: Sequence[Path]) -> list[Path]:
@@ -95,7 +139,7 @@ def extractor_directory(path: Path) -> Path:
     if (path / "config.json").is_file():
         return path
     raise FileNotFoundError(
-        f"{path} holds no extractor: expected extractor/config.json (a watermark-markers item) or config.json."
+        "no extractor found: expected extractor/config.json (a watermark-markers item) or config.json."
     )
 
 
@@ -120,6 +164,11 @@ def cached_extractor(path: Path) -> Extractor:
         return _cache[directory]
 
 
+def decode(extractor: Extractor, images: Sequence[Image.Image]) -> np.ndarray:
+    """The extractor's probabilities that each bit is 1, shape ``(images, bits)``."""
+    return extractor.decode(list(images)) if images else np.zeros((0, extractor.num_bits))
+
+
 def verify(
     extractor: Extractor,
     images: Sequence[Image.Image],
@@ -128,5 +177,5 @@ def verify(
     fpr: float = DEFAULT_FPR,
     suspicious_fpr: float = DEFAULT_SUSPICIOUS_FPR,
 ) -> tuple[list[Match], Thresholds]:
-    probabilities = extractor.decode(list(images)) if images else np.zeros((0, extractor.num_bits))
-    return match_images(probabilities, keys, fpr=fpr, suspicious_fpr=suspicious_fpr)
+    """Full matches: internal. What a viewer may see of them is :func:`mlcore.watermark.disclosure.disclose`."""
+    return match_images(decode(extractor, images), keys, fpr=fpr, suspicious_fpr=suspicious_fpr)

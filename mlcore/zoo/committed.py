@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from mlcore.jobs.spec import JobError
+from mlcore.errors import JobError
 from mlcore.zoo.lm import verify_manifest
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"

@@ -253,7 +253,7 @@ def verify(folder: Path = CHECKPOINT) -> dict[str, Any]:
 
 def build_molm_tiny(target: Path) -> None:
     """Zoo builder: the verified committed checkpoint, copied (``extractor/``, ``vae/``, ``unet/``, ...)."""
-    from mlcore.jobs.spec import JobError
+    from mlcore.errors import JobError
 
     if not (CHECKPOINT / "manifest.json").is_file():
         raise JobError("The zoo has no checkpoint for 'molm-tiny'; train it with `python -m mlcore.zoo.molm train`.")

@@ -105,3 +105,11 @@ MODELS: tuple[BuiltinItem, ...] = (
         stamp="mlcore/zoo/checkpoints/video-judge/manifest.json",
     ),
 )
+
+
+def zoo_model(name: str) -> BuiltinItem:
+    """The zoo model called ``name`` (a ``KeyError`` names the ones there are)."""
+    for item in MODELS:
+        if item.name == name:
+            return item
+    raise KeyError(f"no zoo model named {name!r}; there are {', '.join(item.name for item in MODELS)}")

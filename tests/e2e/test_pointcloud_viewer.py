@@ -79,7 +79,7 @@ def test_a_labelled_cloud_is_drawn_in_webgl_with_a_legend_and_a_colour_toggle(
     page.wait_for_url(f"{base}/jobs/*/")
     watch_progress(page, timeout=90)
     expect(page.locator("#job-live")).to_have_attribute("data-status", "failed")
-    expect(page.locator("[data-error]")).to_contain_text("liar.ply: the header promises 1,000,000 vertices")
+    expect(page.locator("[data-error]")).to_contain_text("liar.ply: the header declares 1,000,000 points")
     expect(page.locator("[data-artifacts] [data-artifact]")).to_have_count(0)
 
     page.goto(f"{base}/t/routing-lab/submit/test-pointcloud/")

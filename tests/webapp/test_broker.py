@@ -67,3 +67,50 @@ def test_a_message_still_being_written_is_invisible_to_consumers(tmp_path):
         ch._get("verify")
     ch._put("verify", {"index": 1})
     assert ch._get("verify") == {"index": 1}
+
+
+def test_two_workers_on_different_queues_each_receive_their_own_messages(tmp_path):
+    # make run: the web publishes to each queue's exchange; the job worker consumes gpu and cpu, the
+    # verify worker verify, each through a connection of its own, sharing only the folders (the
+    # bindings live in the control folder, so a publisher routes by what the consumers declared).
+    from kombu import Consumer, Exchange, Producer, Queue
+
+    options = {
+        "data_folder_in": str(tmp_path / "queue"),
+        "data_folder_out": str(tmp_path / "queue"),
+        "control_folder": str(tmp_path / "control"),
+        "store_processed": False,
+    }
+    for folder in ("queue", "control"):
+        (tmp_path / folder).mkdir()
+    queues = {name: Queue(name, Exchange(name, type="direct"), routing_key=name) for name in ("gpu", "cpu", "verify")}
+    received: dict[str, list[tuple[str, str]]] = {"jobs": [], "verify": []}
+
+    def consumer(name: str, consumed: list[str]) -> tuple[Connection, Consumer]:
+        connection = Connection(transport=TRANSPORT, transport_options=options)
+        own = [queues[q] for q in consumed]
+        taker = Consumer(
+            connection.channel(),
+            own,
+            callbacks=[lambda body, message: (received[name].append((body["queue"], body["n"])), message.ack())],
+            accept=["json"],
+        )
+        taker.consume()
+        return connection, taker
+
+    jobs_connection, _ = consumer("jobs", ["gpu", "cpu"])
+    verify_connection, _ = consumer("verify", ["verify"])
+    web = Connection(transport=TRANSPORT, transport_options=options)
+    producer = Producer(web.channel(), serializer="json")
+    for n in range(3):
+        for name, queue in queues.items():
+            producer.publish({"queue": name, "n": n}, exchange=queue.exchange, routing_key=name, declare=[queue])
+
+    for connection in (jobs_connection, verify_connection):
+        for _ in range(20):
+            try:
+                connection.drain_events(timeout=0.5)
+            except TimeoutError:
+                break
+    assert sorted(received["jobs"]) == sorted((q, n) for q in ("gpu", "cpu") for n in range(3))
+    assert received["verify"] == [("verify", n) for n in range(3)]

@@ -1,11 +1,14 @@
 """``make run`` on the embedded defaults: ``scripts/run.sh`` with no DATABASE_URL, CELERY_BROKER_URL
 or REDIS_URL migrates a fresh SQLite database, prints working demo credentials, and serves the site
-with one worker on all three queues (beat embedded). A person logs in with the printed credentials,
-submits a job through the form, and the embedded worker runs it to the end."""
+with a job worker (gpu and cpu, beat embedded) and a separate verify worker. A person logs in with
+the printed credentials, submits a job through the form, an anonymous visitor's portal check is
+answered while the job runs, the job runs to the end, and Ctrl-C stops every process."""
 
 from __future__ import annotations
 
 import http.cookiejar
+import io
+import json
 import os
 import re
 import signal
@@ -20,7 +23,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
+from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,6 +43,7 @@ class Running:
     url: str
     var: Path
     log: Path
+    process: subprocess.Popen[bytes]
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -71,7 +77,7 @@ def make_run(tmp_path: Path) -> Iterator[Running]:
             ["bash", "scripts/run.sh"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
-            yield Running(url=f"http://127.0.0.1:{port}", var=tmp_path / "var", log=log)
+            yield Running(url=f"http://127.0.0.1:{port}", var=tmp_path / "var", log=log, process=process)
         finally:
             # run.sh traps TERM and stops its worker and web server before it exits.
             if process.poll() is None:
@@ -101,6 +107,30 @@ class Browser:
         with self.opener.open(self.base + path, data=body, timeout=30) as response:
             return response.geturl(), response.read().decode()
 
+    def post_file(self, path: str, field: str, filename: str, content: bytes) -> tuple[int, str]:
+        """A multipart form with one file, as the portal's form sends it; the status and the page."""
+        csrf = next(c.value for c in self.cookies if c.name == "csrftoken")
+        boundary = "----moelab-test-boundary"
+        body = (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="csrfmiddlewaretoken"\r\n\r\n{csrf}\r\n'
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{field}"; filename="{filename}"\r\n'
+                "Content-Type: application/octet-stream\r\n\r\n"
+            ).encode()
+            + content
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+        request = urllib.request.Request(
+            self.base + path,
+            data=body,
+            headers={"Content-Type": f"multipart/form-data; boundary={boundary}", "Referer": self.base + path},
+        )
+        try:
+            with self.opener.open(request, timeout=60) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
 
 def wait_until_serving(running: Running, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
@@ -128,20 +158,39 @@ def test_make_run_serves_the_site_on_embedded_defaults_and_runs_a_submitted_job(
     landed, _ = browser.post("/login/", {"username": username, "password": password})
     assert landed == f"{make_run.url}/t/demo/"
 
-    # One worker takes all three queues and reports itself on the dashboard.
+    # Two workers, each a process of its own: jobs (gpu, cpu) and the portal's checks (verify).
+    # Both report on the dashboard, which lists every queue.
     def worker_queues() -> set[str]:
         html = browser.get("/t/demo/workers/")[1]
         return set(re.findall(r'<span class="badge">(\w+)</span>', html))
 
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180
     while worker_queues() != {"gpu", "cpu", "verify"}:
         assert time.monotonic() < deadline, f"no worker on every queue:\n{make_run.output()[-4000:]}"
         time.sleep(1)
+    workers = workers_of(make_run)
+    assert {name: queues for name, (queues, _) in workers.items()} == {"worker": ["cpu", "gpu"], "verify": ["verify"]}
+    assert workers["worker"][1] != workers["verify"][1]
+    assert psutil.Process(workers["worker"][1]).nice() > psutil.Process(workers["verify"][1]).nice()
 
+    # A job that runs for half a minute (three steps of ten seconds).
     browser.get("/t/demo/submit/test-exercise/")
-    job_url, _ = browser.post("/t/demo/submit/test-exercise/", {"steps": "3", "seed": "7"})
+    job_url, _ = browser.post("/t/demo/submit/test-exercise/", {"steps": "3", "step_seconds": "10", "seed": "7"})
     assert re.fullmatch(rf"{make_run.url}/jobs/[0-9a-f-]{{36}}/", job_url), job_url
     job_path = job_url.removeprefix(make_run.url)
+    deadline = time.monotonic() + 120
+    while 'data-status="running"' not in (live := browser.get(f"{job_path}live/")[1]):
+        assert 'data-status="succeeded"' not in live and 'data-status="failed"' not in live, live
+        assert time.monotonic() < deadline, f"the job never started:\n{make_run.output()[-4000:]}"
+        time.sleep(0.5)
+
+    # While it runs, an anonymous visitor's portal check is answered (not "the verifier is busy").
+    visitor = Browser(make_run.url)
+    visitor.get("/verify/")
+    status, page = visitor.post_file("/verify/", "image", "photo.png", png(64))
+    assert status == 200, page[-2000:]
+    assert re.search(r'data-verdict="[a-z ]+"', page), page[-2000:]
+    assert 'data-status="running"' in browser.get(f"{job_path}live/")[1]
 
     deadline = time.monotonic() + 120
     while 'data-status="succeeded"' not in (live := browser.get(f"{job_path}live/")[1]):
@@ -150,5 +199,41 @@ def test_make_run_serves_the_site_on_embedded_defaults_and_runs_a_submitted_job(
         time.sleep(1)
     assert "step 2: loss 0.3333" in live
 
-    # Beat is embedded in the worker: it keeps its schedule under var/.
+    # Beat is embedded in the job worker: it keeps its schedule under var/.
     assert list(make_run.var.glob("celerybeat-schedule*"))
+
+    # Ctrl-C (SIGINT to the terminal's process group) stops both workers with a warm shutdown (each
+    # removes its status row) and the web server, and nothing of the session is left running.
+    session = os.getsid(make_run.process.pid)
+    os.killpg(make_run.process.pid, signal.SIGINT)
+    make_run.process.wait(timeout=90)
+    assert "MoE Lab stopped." in make_run.output()
+    assert workers_of(make_run) == {}
+    # Exited processes whose parent was gone are reaped by init; where init does not reap (some
+    # containers), they linger as zombies: dead all the same.
+    left = [
+        p
+        for p in psutil.process_iter(["pid", "status", "cmdline"])
+        if _session_of(p.info["pid"]) == session and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
+    assert left == [], [p.info["cmdline"] for p in left]
+
+
+def workers_of(running: Running) -> dict[str, tuple[list[str], int]]:
+    """``{"worker": (queues, pid), ...}`` from the worker status rows, by node name."""
+    with sqlite3.connect(running.var / "moelab.sqlite3") as db:
+        rows = db.execute("SELECT hostname, queues, pid FROM jobs_workerstatus").fetchall()
+    return {hostname.split("@")[0]: (sorted(json.loads(queues)), pid) for hostname, queues, pid in rows}
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def png(side: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (side, side), (120, 80, 200)).save(buffer, "PNG")
+    return buffer.getvalue()

@@ -1,8 +1,9 @@
-"""Workers started as subprocesses with a prefork pool: time limits, a worker killed mid-job, and
-torch (so CUDA) loaded only in the pool's children."""
+"""Workers started as subprocesses with a prefork pool: time limits, a worker killed mid-job,
+torch (so CUDA) loaded only in the pool's children, and GPU workers' fresh process per job."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import psutil
@@ -10,7 +11,7 @@ import pytest
 
 from mlcore.jobs.registry import get_kind
 from tests.workers.conftest import submit
-from tests.workers.processes import wait_for, wait_for_status
+from tests.workers.processes import WorkerProcess, wait_for, wait_for_status
 from webapp.celery import RUN_JOB, app
 from webapp.jobs.models import Job, WorkerStatus
 
@@ -89,3 +90,54 @@ def test_torch_and_cuda_start_in_the_pool_child_never_in_the_workers_parent(star
     wait_for(lambda: "libtorch" in mapped_libraries(child.pid), timeout=120, what="the child to load torch")
     parent = mapped_libraries(worker.process.pid)
     assert "libtorch" not in parent and "libcuda" not in parent
+
+
+# -- GPU workers: a fresh process per job (MOELAB_FRESH_PROCESS_PER_JOB, as docker-compose's worker-gpu) --
+
+GPU_WORKER = {"MOELAB_FRESH_PROCESS_PER_JOB": "true", "MOELAB_WORKER_PRELOAD": "default"}
+
+
+def send_to_gpu(team, alice, **limits: int) -> Job:
+    """A test job on the gpu queue (the test kind's own queue is cpu), sent as submission does."""
+    # With limits, a job that would take 50 s; without, one step.
+    raw = {"steps": 1000, "step_seconds": 0.05} if limits else {"steps": 1}
+    params = get_kind("test-exercise").spec.clean(raw)
+    job = Job.objects.create(team=team, submitted_by=alice, kind="test-exercise", queue="gpu", params=params)
+    app.send_task(RUN_JOB, args=[str(job.pk)], queue="gpu", **limits)
+    return job
+
+
+def job_processes(worker: WorkerProcess) -> dict[str, int]:
+    """Job id → the pid of the process that ran it, from the worker's log."""
+    return {job: int(pid) for job, pid in re.findall(r"job (\S+): runs in process (\d+)", worker.log.read_text())}
+
+
+def test_a_gpu_worker_runs_each_job_in_a_process_of_its_own_forked_from_a_warm_child(start_worker, team, alice) -> None:
+    worker = start_worker("fresh", queues="gpu", **GPU_WORKER)
+    (pool_child,) = psutil.Process(worker.process.pid).children()
+    jobs = [wait_for_status(send_to_gpu(team, alice), Job.Status.SUCCEEDED, timeout=60) for _ in range(2)]
+
+    ran_in = wait_for(lambda: (found := job_processes(worker)).keys() >= {str(j.pk) for j in jobs} and found)
+    first, second = (ran_in[str(job.pk)] for job in jobs)
+    assert first != second and pool_child.pid not in (first, second)
+    # Each exits once its job has ended (the job's row is written first).
+    wait_for(lambda: not psutil.pid_exists(first) and not psutil.pid_exists(second), what="the job processes to exit")
+    # The pool child stays: no job waits for billiard to start a new one.
+    assert [c.pid for c in psutil.Process(worker.process.pid).children()] == [pool_child.pid]
+
+    # torch was imported by the parent before it forked, so a job starts with it loaded; CUDA never was.
+    parent = mapped_libraries(worker.process.pid)
+    assert "libtorch" in parent and "libcuda" not in parent
+
+
+def test_a_fresh_job_process_records_its_soft_time_limit_and_dies_at_the_hard_one(start_worker, team, alice) -> None:
+    worker = start_worker("limited", queues="gpu", **GPU_WORKER)
+    # The soft limit reaches the pool child, which passes it on to the job's process.
+    soft = wait_for_status(send_to_gpu(team, alice, soft_time_limit=3, time_limit=30), Job.Status.FAILED)
+    assert soft.error.startswith("Timed out: the job ran past its time limit"), soft.error
+
+    # The hard limit kills the pool child; the job's process goes with it instead of running on.
+    hard = wait_for_status(send_to_gpu(team, alice, time_limit=4), Job.Status.FAILED)
+    assert hard.error.startswith("Stopped: the job ran past its hard time limit"), hard.error
+    pid = wait_for(lambda: job_processes(worker).get(str(hard.pk)))
+    wait_for(lambda: not psutil.pid_exists(pid), timeout=10, what="the job's process to die with its pool child")

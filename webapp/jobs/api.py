@@ -11,6 +11,8 @@ body with ``kind``, optional ``team`` (a slug; default: the caller's first team)
 from __future__ import annotations
 
 import json
+import logging
+import secrets
 import uuid
 from datetime import datetime
 from typing import Any, Literal
@@ -33,8 +35,10 @@ from webapp.jobs import selectors, services
 from webapp.jobs.downloads import artifact_response
 from webapp.jobs.models import Job, JobArtifact
 from webapp.library import api as library_api
+from webapp.portal.ratelimit import client_ip
 
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+log = logging.getLogger(__name__)
 
 
 class ApiTokenAuth(HttpBearer):
@@ -213,6 +217,16 @@ def _conflict(request: HttpRequest, exc: services.JobStateError) -> HttpResponse
     return api.create_response(request, {"detail": str(exc)}, status=409)
 
 
+@api.exception_handler(Exception)
+def _internal_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """Anything unexpected: a reference id for the client, the traceback in the log for staff.
+    (Left to django-ninja, a DEBUG server would answer with the traceback itself.)"""
+    reference = secrets.token_hex(4)
+    log.error("API %s %s: internal error (reference %s)", request.method, request.path, reference, exc_info=exc)
+    detail = f"Internal error (reference {reference}): the request failed on our side; the staff have the details."
+    return api.create_response(request, {"detail": detail}, status=500)
+
+
 # -- endpoints ---------------------------------------------------------------------------------
 
 ERRORS = {401: ErrorOut, 404: ErrorOut, 422: ErrorOut}
@@ -274,7 +288,9 @@ def create_job(
         raise services.SubmitError([("params", "Must be a JSON object of parameter names and values.")])
     target = _team(request, team, write=True)
     files = {name: request.FILES.getlist(name) for name in request.FILES}
-    job = services.job_submit(team=target, user=request.auth, kind=kind, raw_params=raw_params, files=files)
+    job = services.job_submit(
+        team=target, user=request.auth, kind=kind, raw_params=raw_params, files=files, address=client_ip(request)
+    )
     job.refresh_from_db()
     return HttpStatus(201, _full(request, job))
 

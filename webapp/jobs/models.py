@@ -1,6 +1,6 @@
 """Jobs: our own row is the source of truth for a job's state, not Celery's result backend.
 
-Lifecycle ``QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED`` (``shared/DESIGN.md``, "Job
+Lifecycle ``QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED`` (``docs/architecture.md``, "Job
 lifecycle"). Inputs, artifacts and the full log live in storage; the row keeps what the pages show.
 """
 
@@ -44,6 +44,8 @@ class Job(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="jobs")
     submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    #: The submitter's client address: budgets that bound per address (watermark matching) charge it.
+    submitted_from = models.CharField(max_length=64, blank=True, default="")
     kind = models.CharField(max_length=64)
     kind_version = models.PositiveIntegerField(default=1)
     queue = models.CharField(max_length=16)

@@ -14,7 +14,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from mlcore.jobs.registry import all_kinds
-from webapp.accounts.models import Membership, Role, Team
+from webapp.accounts.models import Membership, Team
 from webapp.jobs.models import Job, JobArtifact, WorkerStatus
 
 #: Large fields the dashboard list never shows; deferred so 10,000 rows stay cheap.
@@ -51,15 +51,6 @@ def job_for_user(user: AbstractBaseUser | AnonymousUser, job_id: uuid.UUID | str
     if write and not membership.can_write:
         raise PermissionDenied("Viewers cannot change jobs.")
     return job
-
-
-def may_see_traceback(user: AbstractBaseUser | AnonymousUser, job: Job) -> bool:
-    """The traceback is for the submitter and the team's owners."""
-    if not user.is_authenticated:
-        return False
-    if job.submitted_by_id == user.pk:
-        return True
-    return Membership.objects.filter(team=job.team_id, user=user, role=Role.OWNER).exists()
 
 
 def artifacts_of(job: Job) -> QuerySet[JobArtifact]:

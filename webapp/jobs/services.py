@@ -34,12 +34,27 @@ from webapp.library.services import record_uses
 FieldErrors = list[tuple[str, str]]
 
 
+#: Settings naming folders of this deployment; paths under them never reach a user (with the
+#: temporary folder, the checkout and the Python installation that :func:`runner.server_roots` knows).
+_ROOT_SETTINGS = ("BASE_DIR", "VAR_DIR", "MEDIA_ROOT", "STATIC_ROOT", "LIBRARY_UPLOAD_DIR", "LIBRARY_CACHE_DIR")
+
+
+def safe_message(message: str) -> str:
+    """``message`` as users may see it: any server path cut to its last part (see :func:`runner.scrub_paths`).
+
+    The safety net where errors are stored or answered for users; messages should not name server
+    paths in the first place."""
+    roots = [value for name in _ROOT_SETTINGS if (value := getattr(settings, name, None))]
+    return runner.scrub_paths(message, extra_roots=roots)
+
+
 class SubmitError(Exception):
     """A job that cannot be accepted; ``errors`` pairs each field (or ``"__all__"``) with a message."""
 
     def __init__(self, errors: FieldErrors) -> None:
-        self.errors = errors
-        super().__init__("; ".join(f"{name}: {message}" for name, message in errors))
+        # The form and the API show these as written: the web checked uploads in a temporary folder.
+        self.errors = [(name, safe_message(message)) for name, message in errors]
+        super().__init__("; ".join(f"{name}: {message}" for name, message in self.errors))
 
 
 class JobStateError(Exception):
@@ -153,11 +168,18 @@ def _save_input(job: Job, param: str, path: Path, original_name: str) -> JobInpu
 
 
 def _create(
-    *, team: Team, user: AbstractBaseUser, kind: Kind, params: dict[str, Any], rerun_of: Job | None = None
+    *,
+    team: Team,
+    user: AbstractBaseUser,
+    kind: Kind,
+    params: dict[str, Any],
+    rerun_of: Job | None = None,
+    address: str = "",
 ) -> Job:
     return Job.objects.create(
         team=team,
         submitted_by=user,
+        submitted_from=address[:64],
         kind=kind.name,
         kind_version=kind.spec.version,
         queue=kind.spec.queue,
@@ -173,8 +195,11 @@ def job_submit(
     kind: str,
     raw_params: Mapping[str, Any],
     files: Mapping[str, Sequence[UploadedFile]] | None = None,
+    address: str = "",
 ) -> Job:
-    """Validate with the kind's spec, save the row and its inputs, and enqueue after commit."""
+    """Validate with the kind's spec, save the row and its inputs, and enqueue after commit.
+
+    ``address``: the submitter's client address (budgets per address charge it; see ``Job.submitted_from``)."""
     _require_write(team, user)
     job_kind = _kind(kind)
     params = _clean_params(job_kind, raw_params, team=team)
@@ -182,7 +207,7 @@ def job_submit(
     try:
         paths = _check_files(job_kind, files or {}, scratch)
         with transaction.atomic():
-            job = _create(team=team, user=user, kind=job_kind, params=params)
+            job = _create(team=team, user=user, kind=job_kind, params=params, address=address)
             record_uses(job=job, kind=job_kind, params=params)
             for name, uploads in (files or {}).items():
                 for upload, path in zip(uploads, paths.get(name, [])):
@@ -220,13 +245,15 @@ def job_changed_params(job: Job) -> list[str]:
     return spec.changed_params(job.params)
 
 
-def job_rerun(*, job: Job, user: AbstractBaseUser, raw_params: Mapping[str, Any] | None = None) -> Job:
+def job_rerun(
+    *, job: Job, user: AbstractBaseUser, raw_params: Mapping[str, Any] | None = None, address: str = ""
+) -> Job:
     """A new job cloned from ``job`` (same inputs; the same or edited parameters)."""
     _require_write(job.team, user)
     kind = _kind(job.kind)
     params = _clean_params(kind, job.params if raw_params is None else raw_params, team=job.team)
     with transaction.atomic():
-        clone = _create(team=job.team, user=user, kind=kind, params=params, rerun_of=job)
+        clone = _create(team=job.team, user=user, kind=kind, params=params, rerun_of=job, address=address)
         record_uses(job=clone, kind=kind, params=params)
         for item in job.inputs.all():
             # A copy, not a shared reference: deleting the old job must not take the new one's inputs.

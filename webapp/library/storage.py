@@ -84,7 +84,8 @@ def verified_worker_path(item: LibraryItem) -> Path:
     """
     root = Path(item.worker_path)
     if not root.exists():
-        raise JobError(f"{item.name}: {root} does not exist on this worker; every worker needs the registered path.")
+        # The folder is named to staff (the admin), not to the team's users whose job reads it.
+        raise JobError(f"{item.name}: its registered path does not exist on this worker; ask an admin to fix it.")
     check_tree(root)
     signature = _stat_signature(root)
     stamp = Path(settings.LIBRARY_CACHE_DIR) / "verified-paths" / item.sha256
@@ -92,7 +93,7 @@ def verified_worker_path(item: LibraryItem) -> Path:
         return root
     if tree_sha256(root) != item.sha256:
         raise JobError(
-            f"{item.name}: {root} changed on this worker since it was registered. Library items never change; "
+            f"{item.name}: its folder changed on this worker since it was registered. Library items never change; "
             "register the new content as a new item (or restore the old one)."
         )
     stamp.parent.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,10 @@
 """What the worker checks before a library item becomes usable, and the card it writes.
 
 Django-free. Archives are unpacked with :func:`mlcore.jobs.sniff.unpack` (no links, no paths
-outside the target, caps on size and compression ratio); links anywhere and pickles anywhere are
-refused. Then each kind goes through the loader its jobs use (:data:`CHECKS`): Hugging Face
-checkpoints through :func:`mlcore.hf.checkpoint.checked_config` (safetensors only, no remote code,
+outside the target, caps on size and compression ratio), then checked as a job's upload is, with
+the same sentences (:func:`mlcore.uploads.check_tree`: links and pickles anywhere refused, every
+safetensors header sound). Then each kind goes through the loader its jobs use (:data:`CHECKS`): Hugging Face
+checkpoints through :func:`mlcore.hf.loading.checked_config` (safetensors only, no remote code,
 a supported MoE architecture), segmenters, video DiTs, markers and VAEs through their
 ``load``/``from_pretrained``, traces through ``RoutingTrace.load``, and so on. Loaders import
 torch, so only the worker calls :func:`card_for`.
@@ -13,23 +14,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
-import struct
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mlcore import uploads
 from mlcore.jobs import sniff
+from mlcore.jobs.runner import scrub_paths
 from mlcore.jobs.spec import JobError
+from mlcore.uploads import files_of, relative_name, safetensors_parameters
 
 ARCHIVES = ("zip", "tar")
 #: Files whose records a text card counts, by sniffed format.
 TEXT_FORMATS = ("txt", "csv", "json")
 MAX_SOURCES = 20
-#: Names PyTorch and Hugging Face give pickled weights (protocol-0 pickles have no magic bytes).
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 
 
 def unpack_item(blob: Path, target: Path) -> Path:
@@ -47,15 +46,7 @@ def unpack_item(blob: Path, target: Path) -> Path:
 
 def check_tree(root: Path) -> None:
     """Refuse links anywhere in an item (a registered path could point a job at any file on the worker)."""
-    if root.is_symlink():
-        raise JobError(f"{root.name} is a symbolic link; register the directory it points to instead.")
-    for path in root.rglob("*"):
-        if path.is_symlink():
-            raise JobError(f"{path.relative_to(root)} is a symbolic link; refusing the item.")
-
-
-def files_of(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    uploads.check_links(root)
 
 
 def tree_sha256(root: Path) -> str:
@@ -68,23 +59,10 @@ def tree_sha256(root: Path) -> str:
     return digest.hexdigest()
 
 
-def safetensors_parameters(path: Path) -> int:
-    """Parameters in a safetensors file, from its header alone (no tensor is read)."""
-    with path.open("rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        if length > 100 * 2**20:
-            raise JobError(f"{path.name}: safetensors header is implausibly large; the file is corrupt.")
-        try:
-            header = json.loads(f.read(length))
-        except ValueError:
-            raise JobError(f"{path.name}: corrupt safetensors header.") from None
-    return sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")
-
-
 def hf_moe_card(root: Path) -> dict[str, Any]:
     """Architecture, parameter count, layers, experts per layer and top-k of an HF MoE checkpoint."""
     from mlcore.hf.architectures import arch_spec
-    from mlcore.hf.checkpoint import checked_config, weight_files
+    from mlcore.hf.loading import checked_config, weight_files
 
     config = checked_config(root)
     spec = arch_spec(config.model_type)
@@ -104,7 +82,7 @@ def hf_lm_card(root: Path) -> dict[str, Any]:
     checkpoint (local, safetensors only, no remote code) for any model type transformers ships."""
     from transformers import AutoConfig
 
-    from mlcore.hf.checkpoint import weight_files
+    from mlcore.hf.loading import weight_files
 
     config_file = root / "config.json"
     if not config_file.is_file():
@@ -201,10 +179,6 @@ def _moe_task_classifier(root: Path) -> dict[str, Any]:
     return torch_model_card("MoE task classifier", MoEClassifier.load(root))
 
 
-def _relative(path: Path, root: Path) -> str:
-    return path.relative_to(root).as_posix() if root.is_dir() else path.name
-
-
 def _text(root: Path) -> dict[str, Any]:
     """Records are non-empty lines; every file must be text (a binary file is not a corpus)."""
     records = 0
@@ -212,7 +186,8 @@ def _text(root: Path) -> dict[str, Any]:
         fmt = sniff.sniff(path)
         if fmt not in TEXT_FORMATS:
             found = f"a {fmt} file" if fmt else "binary data"
-            raise JobError(f"{_relative(path, root)} is {found}, not text; a text dataset holds .txt, .jsonl or .csv.")
+            name = relative_name(path, root)
+            raise JobError(f"{name} is {found}, not text; a text dataset holds .txt, .jsonl or .csv.")
         with path.open("rb") as f:
             records += sum(1 for line in f if line.strip())
     return {"records": records}
@@ -232,7 +207,7 @@ def _images(root: Path) -> dict[str, Any]:
             with Image.open(path) as image:
                 image.verify()
         except Exception as exc:  # PIL raises many types (incl. DecompressionBombError) for bad files
-            raise JobError(f"{_relative(path, root)} is not a readable image ({type(exc).__name__}).") from None
+            raise JobError(f"{relative_name(path, root)} is not a readable image ({type(exc).__name__}).") from None
     return {"records": len(images)}
 
 
@@ -292,23 +267,6 @@ CHECKS: dict[str, Callable[[Path], dict[str, Any]]] = {
 }
 
 
-def is_pickle(path: Path) -> bool:
-    """Named like a pickled checkpoint, a raw pickle, or ``torch.save``'s zip whose index is one."""
-    if path.suffix.lower() in PICKLE_SUFFIXES:
-        return True
-    with path.open("rb") as f:
-        head = f.read(2)
-    if len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
-        return True
-    if not zipfile.is_zipfile(path):
-        return False
-    try:
-        with zipfile.ZipFile(path) as zf:
-            return any(name.endswith("data.pkl") for name in zf.namelist())
-    except zipfile.BadZipFile:
-        return False
-
-
 def _run_check(kind: str, root: Path) -> dict[str, Any]:
     """The kind's check, with every loader failure turned into one line for the user."""
     try:
@@ -326,20 +284,16 @@ def card_for(kind: str, category: str, root: Path) -> dict[str, Any]:
     files = files_of(root)
     if not files:
         raise JobError("The item holds no files.")
-    # Before any loader runs: some (diffusers' from_pretrained) would fall back to unpickling a .bin.
-    for path in files:
-        if is_pickle(path):
-            raise JobError(
-                f"{_relative(path, root)} is a pickle, which can run code when loaded; "
-                "convert the checkpoint to safetensors and upload it without the pickle."
-            )
+    # Before any loader runs (some, diffusers' from_pretrained, would fall back to unpickling a .bin):
+    # what a job's upload gets too, so both refuse the same content with the same sentence.
+    uploads.check_tree(root)
     card: dict[str, Any] = {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
     try:
         card |= _run_check(kind, root)
     except JobError as exc:
         # The worker's scratch path means nothing to the user; the rest of the message does.
         message = str(exc).replace(f"{root}: ", "").replace(f"{root}/", "").replace(str(root), root.name)
-        raise JobError(message) from None
+        raise JobError(scrub_paths(message)) from None
     if category == "dataset":
-        card["sources"] = [_relative(p, root) for p in files[:MAX_SOURCES]]
+        card["sources"] = [relative_name(p, root) for p in files[:MAX_SOURCES]]
     return card

@@ -1,1 +1,1 @@
-"""The watermark key registry and the public verification portal (issue 6, ``shared/DESIGN.md``)."""
+"""The watermark key registry and the public verification portal (``docs/watermark-portal.md``)."""

@@ -1,10 +1,12 @@
 """The watermark JSON API at ``/api/v1/watermark/`` (django-ninja), with the same bearer tokens as
 the jobs API (``webapp.jobs.api``) and the same services as the pages.
 
-``POST /verify`` checks one image through the verify queue (rate limited per IP like the portal):
-the verdict, confidence and organisation for everyone; the key, bits matched, p-value and
-thresholds when the caller is in the team whose key matched. ``/keys`` lists, creates, revokes and
-rotates a team's keys; their bits are never returned. Its OpenAPI document: ``/api/v1/watermark/openapi.json``.
+``POST /verify`` checks one image through the verify queue (rate limited per IP and bounded by the
+daily budget for other teams' keys, like the portal): the verdict for everyone, the organisation
+when detected; the key, bits matched, p-values, decoded bits and thresholds only when the caller
+is in the team whose key matched (``services.view_for``). ``/keys`` lists, creates, revokes and
+rotates a team's keys by their opaque ids; their bits are never returned. ``/keys/audit`` is the
+keys' audit log, for the team's owners. Its OpenAPI document: ``/api/v1/watermark/openapi.json``.
 """
 
 from __future__ import annotations
@@ -53,9 +55,11 @@ class ThresholdsOut(Schema):
 
 class VerifyOut(Schema):
     verdict: Verdict
-    confidence: Literal["very high", "high", "moderate", "low", "none"]
     organisation: str | None = Field(description="The team whose key marked the image (when detected).")
-    key_id: int | None = Field(None, description="Only when the key is your team's.")
+    confidence: Literal["very high", "high", "moderate", "low", "none"] | None = Field(
+        None, description="Only when the key is your team's."
+    )
+    key_id: str | None = Field(None, description="Only when the key is your team's.")
     key_name: str | None = None
     revoked: bool | None = None
     bits_matched: int | None = None
@@ -64,29 +68,42 @@ class VerifyOut(Schema):
     p_corrected: float | None = Field(None, description="min(1, N·p) for N keys searched.")
     decoded_bits: str | None = None
     thresholds: ThresholdsOut | None = None
+    note: str | None = Field(None, description="Set when the verdict rests on the public demo weights.")
+    limited: str | None = Field(
+        None, description="Set when today's budget for other teams' keys is spent: only your keys were searched."
+    )
 
 
 class KeyOut(Schema):
-    id: int
+    id: str = Field(description="The key's opaque id.")
     reference: str = Field(description="What a job's key parameter takes.")
     name: str
     team: str
     num_bits: int
     created_at: datetime
     revoked_at: datetime | None
-    replaced_by: int | None
+    replaced_by: str | None
+
+
+class AuditOut(Schema):
+    at: datetime
+    action: Literal["created", "rotated", "revoked"]
+    key_id: str
+    key_name: str
+    replaced_by: str | None
+    by: str | None
 
 
 def _key(item: WatermarkKey) -> dict[str, Any]:
     return {
-        "id": item.pk,
+        "id": item.public_id,
         "reference": item.reference,
         "name": item.name,
         "team": item.team.slug,
         "num_bits": item.num_bits,
         "created_at": item.created_at,
         "revoked_at": item.revoked_at,
-        "replaced_by": item.replaced_by_id,
+        "replaced_by": item.replaced_by.public_id if item.replaced_by is not None else None,
     }
 
 
@@ -123,18 +140,48 @@ def verify(request: HttpRequest, image: File[UploadedFile]) -> Any:
         response = api.create_response(request, {"detail": ratelimit.refusal_message(decision)}, status=429)
         response["Retry-After"] = str(max(1, round(decision.retry_after)))
         return response
+    team_ids = selectors.team_ids_of(request.auth)
     try:
-        answer = services.check_images([check_upload(image)])
+        checked = check_upload(image)
+        only_teams = services.check_budget(address=ratelimit.client_ip(request), team_ids=team_ids)
+        answer = services.check_images([checked], only_teams=only_teams)
     except (UploadRefused, services.VerifierFailed) as exc:
         return HttpStatus(400, {"detail": str(exc)})
+    except services.BudgetSpent as exc:
+        return HttpStatus(429, {"detail": str(exc)})
     except services.VerifierBusy as exc:
         return HttpStatus(503, {"detail": str(exc)})
-    return services.view_for(answer["images"][0], answer["thresholds"], selectors.team_ids_of(request.auth))
+    view = services.view_for(
+        answer["images"][0], answer["thresholds"], team_ids, public_weights=bool(answer.get("public_weights"))
+    )
+    if only_teams is not None:
+        view["limited"] = services.LIMITED_NOTE
+    return view
 
 
 @api.get("/keys", response={200: list[KeyOut], 403: ErrorOut, **ERRORS}, summary="A team's keys, newest first")
 def list_keys(request: HttpRequest, team: str | None = None) -> list[dict[str, Any]]:
     return [_key(k) for k in selectors.keys_for_team(_team(request, team)).select_related("team")]
+
+
+@api.get(
+    "/keys/audit",
+    response={200: list[AuditOut], 403: ErrorOut, **ERRORS},
+    summary="Who created, rotated and revoked the team's keys (owners only), newest first",
+)
+def key_audit(request: HttpRequest, team: str | None = None) -> list[dict[str, Any]]:
+    entries = selectors.audit_for_user(request.auth, _team(request, team).slug)[:500]
+    return [
+        {
+            "at": e.at,
+            "action": e.action,
+            "key_id": e.key_public_id,
+            "key_name": e.key_name,
+            "replaced_by": e.replacement_public_id or None,
+            "by": e.actor_name or None,
+        }
+        for e in entries
+    ]
 
 
 @api.post("/keys", response={201: KeyOut, 403: ErrorOut, 409: ErrorOut, **ERRORS}, summary="Create a key")
@@ -146,7 +193,7 @@ def create_key(request: HttpRequest, name: Form[str], team: Form[str | None] = N
 
 
 @api.post("/keys/{key_id}/revoke", response={200: KeyOut, 403: ErrorOut, 409: ErrorOut, **ERRORS}, summary="Revoke")
-def revoke_key(request: HttpRequest, key_id: int) -> dict[str, Any]:
+def revoke_key(request: HttpRequest, key_id: str) -> dict[str, Any]:
     key = selectors.key_for_user(request.auth, key_id, manage=True)
     return _key(services.key_revoke(key=key, user=request.auth))
 
@@ -156,6 +203,6 @@ def revoke_key(request: HttpRequest, key_id: int) -> dict[str, Any]:
     response={200: KeyOut, 403: ErrorOut, 409: ErrorOut, **ERRORS},
     summary="Replace a key by a fresh one (the old one is revoked)",
 )
-def rotate_key(request: HttpRequest, key_id: int) -> dict[str, Any]:
+def rotate_key(request: HttpRequest, key_id: str) -> dict[str, Any]:
     key = selectors.key_for_user(request.auth, key_id, manage=True)
     return _key(services.key_rotate(key=key, user=request.auth))

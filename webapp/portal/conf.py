@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 
-from webapp.env import env_int, env_str
+from webapp.env import env_bool, env_int, env_str
 
 
 def _get(name: str, default: Any) -> Any:
@@ -76,3 +76,21 @@ def secret() -> str:
     """What keys are encrypted with at rest. Set ``MOELAB_WATERMARK_SECRET`` (or ``_FILE``) in
     production: the fallback derives from ``SECRET_KEY``, so rotating that would lock the keys."""
     return str(_get("WATERMARK_SECRET", env_str("MOELAB_WATERMARK_SECRET", "")) or settings.SECRET_KEY)
+
+
+def daily_match_budget() -> int:
+    """Images a team, and separately a client address, may match against other teams' keys per UTC
+    day, through the portal and ``watermark-verify`` jobs together: each answer is one more
+    equation in another team's key, so the number of answers is bounded, not only their rate."""
+    return int(_get("WATERMARK_DAILY_MATCH_BUDGET", env_int("MOELAB_WATERMARK_DAILY_MATCH_BUDGET", 1000)))
+
+
+def allow_public_weights() -> bool:
+    """Whether production may mark images under the platform's keys with the committed demo markers.
+
+    They are public, so anyone can read such marks offline; a deployment must say it knows
+    (``MOELAB_ALLOW_PUBLIC_WATERMARK_WEIGHTS=1``). With ``DEBUG`` (``make run``) they are allowed.
+    """
+    return settings.DEBUG or bool(
+        _get("WATERMARK_ALLOW_PUBLIC_WEIGHTS", env_bool("MOELAB_ALLOW_PUBLIC_WATERMARK_WEIGHTS", False))
+    )

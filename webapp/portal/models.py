@@ -1,16 +1,28 @@
-"""The key registry, portal checks in flight, per-IP token buckets, and images shared on purpose."""
+"""The key registry and its audit log, portal checks in flight, per-IP token buckets, the daily
+budgets of images matched against other teams' keys, and images shared on purpose."""
 
 from __future__ import annotations
 
+import secrets
 import uuid
 
 from django.conf import settings
 from django.db import models
 
 
-class WatermarkKey(models.Model):
-    """A team's watermark key. The bits are sealed (``webapp.portal.crypto``); pages never show them."""
+def new_public_id() -> str:
+    """An opaque key id: sequential ids would tell how many keys exist and invite guessing."""
+    return secrets.token_urlsafe(12)
 
+
+class WatermarkKey(models.Model):
+    """A team's watermark key. The bits are sealed (``webapp.portal.crypto``); pages never show them.
+
+    Keys are named everywhere by ``public_id`` (pages, URLs, the API, ``key:<id>`` references,
+    keyring files); the integer primary key stays inside the database.
+    """
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
     team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="watermark_keys")
     name = models.CharField(max_length=100)
     num_bits = models.PositiveSmallIntegerField()
@@ -37,7 +49,48 @@ class WatermarkKey(models.Model):
     @property
     def reference(self) -> str:
         """What a job's ``key`` parameter takes."""
-        return f"key:{self.pk}"
+        return f"key:{self.public_id}"
+
+
+class KeyAuditEntry(models.Model):
+    """Who created, rotated or revoked which key, and when; the team's owners read it. Never bits."""
+
+    class Action(models.TextChoices):
+        CREATED = "created", "created"
+        ROTATED = "rotated", "rotated"
+        REVOKED = "revoked", "revoked"
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="key_audit")
+    #: Kept when the key row is gone: the log outlives what it describes.
+    key = models.ForeignKey(WatermarkKey, on_delete=models.SET_NULL, null=True, related_name="+")
+    key_public_id = models.CharField(max_length=32)
+    key_name = models.CharField(max_length=100)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    #: For a rotation: the key that replaced this one.
+    replacement_public_id = models.CharField(max_length=32, blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    #: The actor's username when it happened (the user may be deleted or renamed later).
+    actor_name = models.CharField(max_length=150, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+        indexes = [models.Index(fields=["team", "-at"], name="key_audit_team_at")]
+
+    def __str__(self) -> str:
+        return f"{self.key_name} ({self.key_public_id}) {self.action} by {self.actor_name or 'the platform'}"
+
+
+class MatchBudget(models.Model):
+    """Images matched against other teams' keys on one UTC day by one scope (``team:ID`` or
+    ``address:IP``); ``webapp.portal.budget`` takes from it under a row lock."""
+
+    scope = models.CharField(max_length=200)
+    day = models.DateField()
+    used = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "day"], name="one_match_budget_per_scope_day")]
 
 
 class VerifyRequest(models.Model):

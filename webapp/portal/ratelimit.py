@@ -3,7 +3,7 @@
 Each client IP holds up to ``capacity`` tokens that refill continuously at ``capacity`` per minute;
 a check takes one. The Redis bucket is one Lua script (atomic across web processes); the database
 bucket serves the embedded default, which has no Redis, with a row lock per IP. django-ratelimit
-is not used: it refuses the database and local-memory caches (``shared/papers/platform-notes.md``).
+is not used: it refuses the database and local-memory caches that the embedded default runs on.
 """
 
 from __future__ import annotations

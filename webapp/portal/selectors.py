@@ -1,5 +1,6 @@
 """Reads for the key registry. Every way to reach a key goes through here: outsiders get 404
-(never a 403 that would confirm the key exists), members may create keys, owners revoke and rotate."""
+(never a 403 that would confirm the key exists), members may create keys, owners revoke and rotate
+and read the audit log. Keys are named by their opaque ``public_id``, never by the database pk."""
 
 from __future__ import annotations
 
@@ -12,16 +13,16 @@ from mlcore.jobs.params import Key
 from mlcore.jobs.spec import JobError
 from webapp.accounts.models import Membership, Team
 from webapp.accounts.selectors import membership_for
-from webapp.portal.models import WatermarkKey
+from webapp.portal.models import KeyAuditEntry, WatermarkKey
 
 
 def keys_for_team(team: Team) -> QuerySet[WatermarkKey]:
     return WatermarkKey.objects.filter(team=team).select_related("created_by", "revoked_by", "replaced_by")
 
 
-def key_for_user(user: AbstractBaseUser | AnonymousUser, key_id: int, *, manage: bool = False) -> WatermarkKey:
+def key_for_user(user: AbstractBaseUser | AnonymousUser, key_id: str, *, manage: bool = False) -> WatermarkKey:
     """The key, if ``user`` is in its team (else 404); ``manage`` (revoke, rotate) needs an owner (else 403)."""
-    key = WatermarkKey.objects.select_related("team").filter(pk=key_id).first()
+    key = WatermarkKey.objects.select_related("team").filter(public_id=str(key_id)).first()
     if key is None:
         raise Http404("No such key.")
     membership = membership_for(user, key.team.slug)  # 404 for outsiders
@@ -37,9 +38,18 @@ def team_ids_of(user: AbstractBaseUser | AnonymousUser) -> set[int]:
     return set(Membership.objects.filter(user=user).values_list("team_id", flat=True))
 
 
-def parse_key_reference(reference: str) -> int | None:
+def audit_for_user(user: AbstractBaseUser | AnonymousUser, team_slug: str) -> QuerySet[KeyAuditEntry]:
+    """The team's key audit log, newest first: owners only (403 to other members, 404 to outsiders)."""
+    membership = membership_for(user, team_slug)  # 404 for outsiders
+    if not membership.is_owner:
+        raise PermissionDenied("Only the team's owners can read the key audit log.")
+    return KeyAuditEntry.objects.filter(team=membership.team)
+
+
+def parse_key_reference(reference: str) -> str | None:
+    """The opaque id in ``key:<id>`` (or a bare id)."""
     raw = str(reference).strip().removeprefix("key:")
-    return int(raw) if raw.isdigit() else None
+    return raw if raw and len(raw) <= 32 else None
 
 
 def key_for_job(team: Team | int | None, param: Key, reference: str) -> WatermarkKey:
@@ -49,7 +59,7 @@ def key_for_job(team: Team | int | None, param: Key, reference: str) -> Watermar
     """
     key_id = parse_key_reference(reference)
     team_id = team.pk if isinstance(team, Team) else team
-    key = WatermarkKey.objects.filter(pk=key_id, team_id=team_id).first() if key_id and team_id else None
+    key = WatermarkKey.objects.filter(public_id=key_id, team_id=team_id).first() if key_id and team_id else None
     if key is None:
         raise JobError(f"{param.title}: watermark key {reference!r} was not found in your team.")
     if key.is_revoked:

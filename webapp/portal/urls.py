@@ -10,8 +10,9 @@ pages = [
     path("verify/", views.verify, name="verify"),
     path("verify/batch/", views.verify_batch, name="verify_batch"),
     path("t/<slug:team_slug>/keys/", views.keys, name="keys"),
-    path("keys/<int:key_id>/revoke/", views.key_revoke, name="key_revoke"),
-    path("keys/<int:key_id>/rotate/", views.key_rotate, name="key_rotate"),
+    path("t/<slug:team_slug>/keys/audit/", views.key_audit, name="key_audit"),
+    path("keys/<str:key_id>/revoke/", views.key_revoke, name="key_revoke"),
+    path("keys/<str:key_id>/rotate/", views.key_rotate, name="key_rotate"),
 ]
 
 urlpatterns = [

@@ -45,7 +45,21 @@ def warm_up() -> None:
     log.info("verify: the watermark extractor is loaded and waiting for checks")
 
 
-def answer(request_id: str, images: list[str]) -> str:
+_public: dict[Path, bool] = {}
+
+
+def rests_on_public_weights(path: Path) -> bool:
+    """Whether the extractor is the committed demo one (hashed once per worker process)."""
+    from mlcore.watermark.disclosure import rests_on_public_weights as check
+
+    if path not in _public:
+        _public[path] = check(path)
+    return _public[path]
+
+
+def answer(request_id: str, images: list[str], only_teams: list[int] | None = None) -> str:
+    """Decode and match; store the full answer for the waiting web request, which shows each viewer
+    only what ``webapp.portal.services.view_for`` allows. ``only_teams``: search those teams' keys only."""
     from mlcore.watermark.keys import InvalidKey
     from mlcore.watermark.verification import BadImage, cached_extractor, open_image, verify
     from webapp.portal.services import keyring_records
@@ -58,9 +72,13 @@ def answer(request_id: str, images: list[str]) -> str:
             open_image(base64.b64decode(data, validate=True), name=f"image {i + 1}", max_pixels=conf.max_pixels())
             for i, data in enumerate(images)
         ]
-        keys = keyring_records()
+        if only_teams is None:
+            keys = keyring_records()
+        else:
+            keys = keyring_records(own_team_ids=set(only_teams), only_teams=True)
+        folder = extractor_path()
         matches, thresholds = verify(
-            cached_extractor(extractor_path()), decoded, keys, fpr=conf.fpr(), suspicious_fpr=conf.suspicious_fpr()
+            cached_extractor(folder), decoded, keys, fpr=conf.fpr(), suspicious_fpr=conf.suspicious_fpr()
         )
     except (BadImage, InvalidKey, binascii.Error) as exc:
         pending.update(error=str(exc), answered_at=timezone.now())
@@ -71,12 +89,11 @@ def answer(request_id: str, images: list[str]) -> str:
             error="The verifier failed on this image; the operators have been told.", answered_at=timezone.now()
         )
         return "failed"
-    teams = dict(WatermarkKey.objects.values_list("pk", "team_id"))
+    teams = dict(WatermarkKey.objects.values_list("public_id", "team_id"))
     result = {
         "thresholds": thresholds.describe(),
-        "images": [
-            {**m.describe(), "team_id": teams.get(int(m.key.id)) if m.key is not None else None} for m in matches
-        ],
+        "public_weights": rests_on_public_weights(folder),
+        "images": [{**m.describe(), "team_id": teams.get(m.key.id) if m.key is not None else None} for m in matches],
     }
     pending.update(result=result, answered_at=timezone.now())
     return "answered"

@@ -1,5 +1,8 @@
 """Portal pages: the public check (no login), batch verification for logged-in members (a
-``watermark-verify`` job), and each team's key registry.
+``watermark-verify`` job), each team's key registry and, for its owners, the keys' audit log.
+
+What a check shows is decided by ``services.view_for`` (``mlcore.watermark.disclosure``); every
+check spends one image of the daily budget for other teams' keys (``services.check_budget``).
 
 Every key is reached through ``key_for_user`` (404 to outsiders, 403 to non-owners who try to
 revoke or rotate) and every team through ``team_for_user``; the public page reaches neither.
@@ -28,6 +31,7 @@ def _verify_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
         "max_bytes": conf.max_bytes(),
         "max_pixels": conf.max_pixels(),
         "rate_per_minute": conf.rate_per_minute(),
+        "daily_budget": f"{conf.daily_match_budget():,}",
         "teams": list(teams_for_user(request.user)),
         "nav": "verify",
         **extra,
@@ -36,7 +40,7 @@ def _verify_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
 
 @require_http_methods(["GET", "POST"])
 def verify(request: HttpRequest) -> HttpResponse:
-    """Anyone may check one image: verdict, coarse confidence and organisation; a member of the
+    """Anyone may check one image: the verdict, and the organisation when detected; a member of the
     marking team, logged in, also sees the key, the bits matched, the p-value and the thresholds."""
     if request.method == "GET":
         return render(request, "portal/verify.html", _verify_context(request))
@@ -55,17 +59,23 @@ def verify(request: HttpRequest) -> HttpResponse:
         return render(
             request, "portal/verify.html", _verify_context(request, error="Choose an image to check."), status=400
         )
+    team_ids = selectors.team_ids_of(request.user)
     try:
         image = check_upload(upload)
-        answer = services.check_images([image])
+        only_teams = services.check_budget(address=ratelimit.client_ip(request), team_ids=team_ids)
+        answer = services.check_images([image], only_teams=only_teams)
     except UploadRefused as exc:
         return render(request, "portal/verify.html", _verify_context(request, error=str(exc)), status=400)
+    except services.BudgetSpent as exc:
+        return render(request, "portal/verify.html", _verify_context(request, error=str(exc)), status=429)
     except services.VerifierFailed as exc:
         return render(request, "portal/verify.html", _verify_context(request, error=str(exc)), status=400)
     except services.VerifierBusy as exc:
         return render(request, "portal/verify.html", _verify_context(request, error=str(exc)), status=503)
     match = answer["images"][0]
-    result = services.view_for(match, answer["thresholds"], selectors.team_ids_of(request.user))
+    result = services.view_for(match, answer["thresholds"], team_ids, public_weights=bool(answer.get("public_weights")))
+    if only_teams is not None:
+        result["limited"] = services.LIMITED_NOTE
     shared = request.POST.get("share") == "on"
     if shared:
         services.share_image(image, verdict=match["verdict"], organisation=result["organisation"])
@@ -83,7 +93,14 @@ def verify_batch(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Choose a zip of images (or several images) to verify.")
         return redirect("portal:verify")
     try:
-        job = job_submit(team=team, user=request.user, kind="watermark-verify", raw_params={}, files={"images": files})
+        job = job_submit(
+            team=team,
+            user=request.user,
+            kind="watermark-verify",
+            raw_params={},
+            files={"images": files},
+            address=ratelimit.client_ip(request),
+        )
     except SubmitError as exc:
         messages.error(request, "; ".join(message for _, message in exc.errors))
         return redirect("portal:verify")
@@ -114,13 +131,21 @@ def keys(request: HttpRequest, team_slug: str) -> HttpResponse:
     return render(request, "portal/keys.html", context)
 
 
+@login_required
+def key_audit(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """Who created, rotated and revoked the team's keys: owners only (403 members, 404 outsiders)."""
+    entries = selectors.audit_for_user(request.user, team_slug).select_related("team")[:500]
+    membership = membership_for(request.user, team_slug)
+    return render(request, "portal/key_audit.html", {"team": membership.team, "entries": entries, "nav": "keys"})
+
+
 def _keys_page(key: Any) -> str:
     return reverse("portal:keys", args=[key.team.slug])
 
 
 @login_required
 @require_POST
-def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+def key_revoke(request: HttpRequest, key_id: str) -> HttpResponse:
     key = selectors.key_for_user(request.user, key_id, manage=True)
     try:
         services.key_revoke(key=key, user=request.user)
@@ -133,7 +158,7 @@ def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def key_rotate(request: HttpRequest, key_id: int) -> HttpResponse:
+def key_rotate(request: HttpRequest, key_id: str) -> HttpResponse:
     key = selectors.key_for_user(request.user, key_id, manage=True)
     try:
         new = services.key_rotate(key=key, user=request.user)

@@ -1,6 +1,11 @@
 // Vega-Lite charts from the specs a job stored with ctx.chart. Each chart element names a
 // <script type="application/json"> holding its spec, so the page never evaluates spec text.
+// The pages' Content-Security-Policy forbids eval and inline styles: Vega runs its expressions
+// (calculate, filter, tooltip formats, signals) through the CSP-safe interpreter over a parsed AST
+// instead of compiling them with new Function, and neither vega-embed nor its tooltip handler
+// adds a <style> element (moelab.css carries their rules).
 import embed from "vega-embed";
+import { expressionInterpreter } from "vega-interpreter";
 import { isDark } from "./theme.js";
 import { labelChart, titleOf } from "./chart-table.js";
 
@@ -15,16 +20,26 @@ export async function drawCharts(root) {
     element.dataset.drawn = "pending";
     const spec = JSON.parse(source.textContent);
     // Fill the card's width unless the job fixed one; "container" needs a sized parent (the frame).
-    if (spec.width === undefined && !spec.facet && !spec.repeat && !spec.concat && !spec.hconcat) {
+    // Composed charts (facets, repeats, concatenations) size their own cells: fitting them to the
+    // frame is not supported by Vega-Lite and drew them zero pixels wide.
+    const composed = Boolean(spec.facet || spec.repeat || spec.concat || spec.hconcat || spec.vconcat);
+    if (spec.width === undefined && !composed) {
       spec.width = "container";
     }
     try {
       await embed(element, spec, {
         renderer: "svg",
+        ast: true,
+        expr: expressionInterpreter,
+        defaultStyle: false,
+        tooltip: { disableDefaultStyle: true, theme: isDark() ? "dark" : "light" },
         theme: isDark() ? "dark" : undefined,
         // PNG and JSON downloads come from the server (vl-convert), linked beside each chart.
         actions: false,
-        config: { background: "transparent", autosize: { type: "fit-x", contains: "padding" } },
+        config: {
+          background: "transparent",
+          autosize: composed ? { type: "pad" } : { type: "fit-x", contains: "padding" },
+        },
       });
       labelChart(element, titleOf(spec));
       element.dataset.drawn = "done";

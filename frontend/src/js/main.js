@@ -12,6 +12,13 @@ import "./product.js";
 // server's current state instead of a stale snapshot.
 htmx.config.historyCacheSize = 0;
 htmx.config.defaultSwapStyle = "outerHTML";
+// The pages run under a Content-Security-Policy with no inline script, no eval and no inline style
+// (webapp/settings.py): htmx must not evaluate attributes (hx-on, js: values, trigger filters) or
+// add its indicator <style> (moelab.css carries those rules). allowScriptTags stays on: with it off
+// htmx deletes every <script> it swaps in, the charts' JSON specs (type="application/json") too;
+// an inline JavaScript <script> would be blocked by the policy anyway, and no template holds one.
+htmx.config.allowEval = false;
+htmx.config.includeIndicatorStyles = false;
 window.htmx = htmx;
 
 registerRenderer("text/csv", renderCsvTable);
@@ -30,8 +37,22 @@ function followLogs(root) {
   for (const log of scope.querySelectorAll("[data-follow]")) log.scrollTop = log.scrollHeight;
 }
 
+// Progress bars: the server writes the percentage as data-progress; the fill's width is set here,
+// through the DOM, because the policy forbids style attributes in the markup.
+function fillProgress(root) {
+  const scope = root.querySelectorAll ? root : document;
+  const bars = [...scope.querySelectorAll("[data-progress]")];
+  if (root.matches?.("[data-progress]")) bars.push(root);
+  for (const bar of bars) {
+    const fill = bar.querySelector(".progress-fill");
+    const percent = Number.parseFloat(bar.dataset.progress);
+    if (fill && Number.isFinite(percent)) fill.style.setProperty("--value", `${Math.min(100, Math.max(0, percent))}%`);
+  }
+}
+
 function enhance(root) {
   followLogs(root);
+  fillProgress(root);
   enhanceArtifacts(root);
   enhanceLibraryUpload(root);
   enhanceCharts(root).catch((error) => console.error("moelab: chart failed", error));
@@ -45,6 +66,23 @@ document.addEventListener("htmx:beforeSwap", (event) => {
     event.detail.shouldSwap = false;
     location.assign(url.pathname + url.search);
   }
+});
+
+// Polls pause while the tab is hidden: a filter in hx-trigger ("[!document.hidden]") would need eval,
+// which the policy forbids, so every request htmx would send from a hidden page is dropped here
+// (nobody can click in a hidden tab; visibilitychange brings the page up to date on return).
+document.addEventListener("htmx:beforeRequest", (event) => {
+  if (document.hidden) event.preventDefault();
+});
+
+// What inline handlers used to do, for any element on any page (also ones htmx swaps in later):
+// <form data-confirm="Question?"> asks before it submits; <select data-autosubmit> submits its form.
+document.addEventListener("submit", (event) => {
+  const question = event.target.closest?.("form[data-confirm]")?.dataset.confirm;
+  if (question && !window.confirm(question)) event.preventDefault();
+});
+document.addEventListener("change", (event) => {
+  if (event.target.matches?.("[data-autosubmit]")) event.target.form?.requestSubmit();
 });
 
 // A later module (e.g. the point-cloud viewer) registers its renderer through this object.

@@ -13,12 +13,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlcore.jobs.spec import JobError
+from mlcore.errors import JobError
 from mlcore.pointcloud.io.cloud import MAX_POINTS, Cloud, check_count
-from mlcore.pointcloud.io.formats import sniff_cloud
+from mlcore.pointcloud.io.formats import sniff_cloud, text_cloud_problem
 from mlcore.pointcloud.io.ply import read_header, read_ply, write_ply
 
-__all__ = ["MAX_POINTS", "Cloud", "check_count", "read_cloud", "read_header", "sniff_cloud", "write_ply"]
+__all__ = [
+    "MAX_POINTS",
+    "Cloud",
+    "check_count",
+    "read_cloud",
+    "read_header",
+    "sniff_cloud",
+    "text_cloud_problem",
+    "write_ply",
+]
 
 
 def read_cloud(path: Path, *, max_points: int = MAX_POINTS) -> Cloud:
@@ -39,6 +48,8 @@ def read_cloud(path: Path, *, max_points: int = MAX_POINTS) -> Cloud:
         from mlcore.pointcloud.io.checked_open3d import read_with_open3d
 
         return read_with_open3d(path, fmt, max_points=max_points)
+    if (problem := text_cloud_problem(path)) is not None:
+        raise JobError(f"{path.name}: {problem}")
     raise JobError(
         f"{path.name}: not a point cloud this project reads. Upload PLY (ascii or binary), PCD, "
         "XYZ / XYZRGB / PTS text, LAS or LAZ."

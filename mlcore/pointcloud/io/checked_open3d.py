@@ -6,50 +6,77 @@ an ASCII line with a missing value is read as whatever sscanf left there. So eve
 checked here: a PCD header's fields, sizes, types, ``WIDTH × HEIGHT = POINTS`` and ``POINTS ×
 record size`` against the bytes (binary), or the compressed block's sizes (binary_compressed);
 text files line by line (the same count of numbers on every line, and the PTS count equal to the
-lines). After open3d has read a file, its point count is compared with the one we expect.
+lines). Counts go through the order of :mod:`~mlcore.pointcloud.io.cloud`: invalid first, then
+what the header declares against the bytes or rows the file holds, then the limit; a bad text row
+is named by its line number in the file. After open3d has read a file, its point count is compared
+with the one we expect.
 """
 
 from __future__ import annotations
 
-import re
 import struct
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from mlcore.jobs.spec import JobError
-from mlcore.pointcloud.io.cloud import Cloud, check_count
+from mlcore.errors import JobError
+from mlcore.pointcloud.io.cloud import (
+    MAX_HEADER_BYTES,
+    Cloud,
+    check_count,
+    check_rows,
+    declared_more_than_held,
+    parse_count,
+)
 from mlcore.pointcloud.io.ply import to_uint8_colors
 
 PCD_KEYS = ("FIELDS", "SIZE", "TYPE", "WIDTH", "HEIGHT", "POINTS", "DATA")
 PCD_TYPES = {("F", 4), ("F", 8), ("I", 1), ("I", 2), ("I", 4), ("I", 8), ("U", 1), ("U", 2), ("U", 4), ("U", 8)}
-_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf|infinity)"
 TEXT_COLUMNS = {"xyz": (3,), "xyzrgb": (6,), "pts": (3, 4, 6, 7)}
+TEXT_NAMES = {"xyz": "x y z", "xyzrgb": "x y z r g b", "pts": "x y z [intensity] [r g b]"}
+#: LZF (PCL's binary_compressed) turns at most 3 bytes into 264: no block unpacks to more than
+#: ~88 times its size, so a block that claims to is a lie, not a big cloud.
+LZF_MAX_RATIO = 88
 
 
 def _fail(path: Path, what: str) -> JobError:
     return JobError(f"{path.name}: {what} Re-export the cloud (PLY binary is safest) and upload again.")
 
 
+def _pcd_header(path: Path) -> tuple[dict[str, list[str]], int, int]:
+    """The PCD header's keys up to ``DATA``, its length in bytes and in lines."""
+    fields: dict[str, list[str]] = {}
+    length = lines = 0
+    with path.open("rb") as f:
+        while length < MAX_HEADER_BYTES:
+            raw = f.readline(MAX_HEADER_BYTES - length)
+            if not raw:
+                raise _fail(path, "the PCD header ends without a DATA line: the file is truncated or not PCD.")
+            length += len(raw)
+            lines += 1
+            line = raw.decode("ascii", errors="replace").strip()
+            if not line or line.startswith("#"):
+                continue
+            key, *values = line.split()
+            fields[key] = values
+            if key == "DATA":
+                return fields, length, lines
+    cap = f"{MAX_HEADER_BYTES // 2**20} MiB"
+    raise _fail(path, f"the PCD header is longer than the {cap} this reader accepts (no DATA line in its first {cap}).")
+
+
+def _one(path: Path, fields: dict[str, list[str]], key: str) -> str:
+    values = fields[key]
+    if len(values) != 1:
+        raise _fail(path, f"the PCD header's {key} line holds {len(values)} values; it needs exactly one.")
+    return values[0]
+
+
 def check_pcd(path: Path, max_points: int) -> int:
     """Check a PCD header against the file; return the number of points it holds."""
     size = path.stat().st_size
-    with path.open("rb") as f:
-        head = f.read(64 * 1024)
-    fields: dict[str, list[str]] = {}
-    length = 0
-    for raw in head.split(b"\n"):
-        length += len(raw) + 1
-        line = raw.decode("ascii", errors="replace").strip()
-        if not line or line.startswith("#"):
-            continue
-        key, *values = line.split()
-        fields[key] = values
-        if key == "DATA":
-            break
-    else:
-        raise _fail(path, "the PCD header has no DATA line in its first 64 KiB: it is truncated.")
+    fields, length, header_lines = _pcd_header(path)
     missing = [k for k in PCD_KEYS if k not in fields]
     if missing:
         raise _fail(path, f"the PCD header lacks {', '.join(missing)}.")
@@ -61,81 +88,74 @@ def check_pcd(path: Path, max_points: int) -> int:
             f"the PCD header lists {len(names)} FIELDS but {len(sizes)} "
             f"SIZE, {len(types)} TYPE and {len(counts)} COUNT values.",
         )
-    try:
-        sizes_i = [int(s) for s in sizes]
-        counts_i = [int(c) for c in counts]
-        width, height, points = int(fields["WIDTH"][0]), int(fields["HEIGHT"][0]), int(fields["POINTS"][0])
-    except (ValueError, IndexError):
-        raise _fail(path, "the PCD header's SIZE, COUNT, WIDTH, HEIGHT or POINTS is not an integer.") from None
-    for name, t, s, c in zip(names, types, sizes_i, counts_i, strict=True):
-        if (t, s) not in PCD_TYPES or c < 1:
+    for name, t, s, c in zip(names, types, sizes, counts, strict=True):
+        if (t, int(s) if s.isdigit() else -1) not in PCD_TYPES or not c.isdigit() or int(c) < 1 or len(c) > 9:
             raise _fail(path, f"the PCD field {name!r} has an invalid TYPE/SIZE/COUNT {t}/{s}/{c}.")
+    sizes_i, counts_i = [int(s) for s in sizes], [int(c) for c in counts]
     if not {"x", "y", "z"} <= set(names):
         raise _fail(path, "the PCD file has no x, y and z fields.")
+    record = sum(s * c for s, c in zip(sizes_i, counts_i, strict=True))
+    width = parse_count(path, _one(path, fields, "WIDTH"), "the PCD header's WIDTH")
+    height = parse_count(path, _one(path, fields, "HEIGHT"), "the PCD header's HEIGHT")
+    points = parse_count(path, _one(path, fields, "POINTS"), "the PCD header's POINTS", record_bytes=record)
     if width * height != points:
         raise _fail(path, f"the PCD header says WIDTH {width} × HEIGHT {height} but POINTS {points}: it lies.")
-    check_count(path, points, max_points)
-    record = sum(s * c for s, c in zip(sizes_i, counts_i, strict=True))
     mode = fields["DATA"][0] if fields["DATA"] else ""
     body = size - length
     if mode == "binary":
         if points * record > body:
-            raise _fail(
+            raise declared_more_than_held(
                 path,
-                f"the header promises {points:,} points × {record} bytes = {points * record:,} bytes, but only "
-                f"{body:,} bytes follow it: the file is truncated or its header lies.",
+                f"{points:,} points × {record} bytes = {points * record:,} bytes",
+                f"{body:,} bytes after its header",
             )
     elif mode == "binary_compressed":
-        block = head[length : length + 8]
-        if len(block) < 8:
-            raise _fail(path, "the compressed PCD block is missing: the file is truncated.")
-        compressed, uncompressed = struct.unpack("<II", block)
-        if uncompressed != points * record or compressed + 8 > body:
-            raise _fail(
-                path,
-                f"the compressed block claims {compressed:,} → {uncompressed:,} bytes, but {points:,} points × "
-                f"{record} bytes need {points * record:,} and {body - 8:,} bytes follow: truncated or lying.",
-            )
+        _check_compressed_block(path, points, record, start=length, body=body)
     elif mode == "ascii":
-        _check_lines(path, sum(counts_i), points, start=length, what="PCD")
+        # The lines are counted before any limit is mentioned, so a lying POINTS is called a lie.
+        check_rows(
+            path,
+            start=length,
+            first_line=header_lines + 1,
+            widths=(sum(counts_i),),
+            expected=points,
+            names=" ".join(n if c == 1 else f"{n}×{c}" for n, c in zip(names, counts_i, strict=True))[:60],
+        )
     else:
         raise _fail(path, f"the PCD DATA mode {mode!r} is not ascii, binary or binary_compressed.")
+    check_count(path, points, max_points)
     return points
 
 
-def _check_lines(path: Path, columns: int | tuple[int, ...], expected: int | None, *, start: int, what: str) -> int:
-    """Every non-empty line from byte ``start`` holds the same allowed count of numbers."""
-    allowed = (columns,) if isinstance(columns, int) else columns
-    width: int | None = None
-    pattern: re.Pattern[bytes] | None = None
-    lines = 0
+def _check_compressed_block(path: Path, points: int, record: int, *, start: int, body: int) -> None:
+    """PCL's binary_compressed body: ``<compressed size u32> <uncompressed size u32>`` then LZF data."""
     with path.open("rb") as f:
         f.seek(start)
-        for number, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            if pattern is None:
-                width = len(raw.split())
-                if width not in allowed:
-                    raise _fail(
-                        path,
-                        f"{what} data line {number} has {width} values; expected {' or '.join(map(str, allowed))}.",
-                    )
-                pattern = re.compile(rf"\s*{_NUM}(?:\s+{_NUM}){{{width - 1}}}\s*".encode(), re.IGNORECASE)
-            if not pattern.fullmatch(raw):
-                raise _fail(
-                    path,
-                    f"{what} data line {number} is not {width} numbers: "
-                    f"{raw[:80].decode('ascii', 'replace').strip()!r}.",
-                )
-            lines += 1
-            if expected is not None and lines > expected:
-                raise _fail(path, f"the header promises {expected:,} points but the file holds more lines: it lies.")
-    if expected is not None and lines != expected:
-        raise _fail(
-            path, f"the header promises {expected:,} points but the file holds {lines:,}: it is truncated or lies."
+        block = f.read(8)
+    if len(block) < 8:
+        raise declared_more_than_held(
+            path,
+            f"{points:,} points in a compressed block",
+            f"{body:,} bytes after its header, not even the block's sizes",
         )
-    return width or 0
+    compressed, uncompressed = struct.unpack("<II", block)
+    if compressed + 8 > body:
+        raise declared_more_than_held(
+            path, f"a compressed block of {compressed:,} bytes", f"{body - 8:,} bytes after the block's sizes"
+        )
+    if uncompressed != points * record:
+        raise _fail(
+            path,
+            f"the header declares {points:,} points × {record} bytes = {points * record:,} bytes, but its "
+            f"compressed block says it unpacks to {uncompressed:,}: the header lies.",
+        )
+    if uncompressed > compressed * LZF_MAX_RATIO:
+        raise declared_more_than_held(
+            path,
+            f"{points:,} points × {record} bytes = {uncompressed:,} bytes",
+            f"a compressed block of {compressed:,} bytes, which cannot unpack to more than "
+            f"{compressed * LZF_MAX_RATIO:,} (LZF expands at most {LZF_MAX_RATIO}×)",
+        )
 
 
 def check_text(path: Path, fmt: str, max_points: int) -> int:
@@ -144,26 +164,21 @@ def check_text(path: Path, fmt: str, max_points: int) -> int:
     expected: int | None = None
     if fmt == "pts":
         with path.open("rb") as f:
-            first = f.readline()
-        try:
-            expected = int(first.strip())
-        except ValueError:
-            raise _fail(path, "the first line of a PTS file must be the point count.") from None
-        check_count(path, expected, max_points)
+            first = f.readline(64)
+        expected = parse_count(path, first.strip().decode("ascii", "replace"), "the PTS point count on line 1")
         start = len(first)
-    count = _count_lines(path, start)
-    check_count(path, count, max_points)
-    _check_lines(path, TEXT_COLUMNS[fmt], expected if expected is not None else count, start=start, what=fmt.upper())
-    return count
-
-
-def _count_lines(path: Path, start: int) -> int:
-    count = 0
-    with path.open("rb") as f:
-        f.seek(start)
-        for raw in f:
-            count += bool(raw.strip())
-    return count
+    # Every row is checked, and counted, before any limit is mentioned: a PTS count that the
+    # lines do not hold is called a lie, not "too many points".
+    rows, _ = check_rows(
+        path,
+        start=start,
+        first_line=2 if fmt == "pts" else 1,
+        widths=TEXT_COLUMNS[fmt],
+        expected=expected,
+        names=TEXT_NAMES[fmt],
+    )
+    check_count(path, rows, max_points)
+    return rows
 
 
 def read_with_open3d(path: Path, fmt: str, *, max_points: int) -> Cloud:

@@ -1,23 +1,48 @@
 """The one in-memory point cloud every reader returns, and the checks every reader shares.
 
-A reader never hands an unchecked array to the rest of the project: counts are checked against
-the limits *before* anything is allocated (:func:`check_count`), and coordinates are checked for
-NaN/inf after reading (:meth:`Cloud.checked`). Every failure is a :class:`JobError` that names the
-file, says what was wrong and what to do.
+A reader never hands an unchecked array to the rest of the project, and refuses a file with the
+message that names its real fault, in this order:
+
+1. a count that is no count at all (negative, not a whole number, or more points than any file
+   could hold) is called invalid (:func:`parse_count`, :func:`check_plausible_count`);
+2. a count that the file's bytes (binary) or lines (text) cannot hold is reported as exactly that,
+   "declares 1,000,000,000 points × 12 bytes … but holds 300 bytes" (:func:`declared_more_than_held`),
+   so a 300-byte file is never told to downsample;
+3. only then is a real count checked against the limits (:func:`check_count`), still before
+   anything is allocated;
+4. text bodies are checked row by row, and the first bad row is named by its line number in the
+   file (:func:`check_rows`); coordinates are checked for NaN/inf after reading
+   (:meth:`Cloud.checked`).
+
+Every failure is a :class:`JobError` that names the file (never its folder), says what was wrong and
+what to do.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from mlcore.jobs.spec import JobError
+from mlcore.errors import JobError
 
 #: The hard ceiling for any upload, whatever a job asks for: 50M points is ~600 MB of float32
 #: coordinates alone, and the segmenter chunks anything larger than its budget anyway.
 MAX_POINTS = 50_000_000
+
+#: The most bytes a file can have anywhere (a signed 64-bit file offset): a count whose points would
+#: take more than this is not a size at all, and is called invalid rather than "too many".
+MAX_FILE_BYTES = 2**63 - 1
+
+#: How much of a text header (PLY, PCD) a reader takes before giving up on finding its end. Legal
+#: files carry long comment blocks (scanner metadata, provenance, a 1 MB comment), so the cap is
+#: generous; it exists only so that a file without an end of header is not read whole into memory.
+MAX_HEADER_BYTES = 16 * 2**20
+
+# A number as the text formats write it (what float() accepts, less Python's underscores).
+_NUMBER = rb"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf|infinity)"
 
 
 @dataclass(frozen=True)
@@ -71,8 +96,49 @@ class Cloud:
         return self
 
 
+def invalid_count(path: Path, where: str, raw: str | int, why: str) -> JobError:
+    """``where`` (e.g. "the header's POINTS") holds ``raw``, which is not a point count because ``why``."""
+    shown = raw if isinstance(raw, int) else repr(raw if len(raw) <= 40 else raw[:37] + "...")
+    return JobError(f"{path.name}: {where} is {shown}, which is invalid: {why}. Re-export the file and upload again.")
+
+
+def parse_count(path: Path, raw: str, where: str, *, record_bytes: int = 1) -> int:
+    """A count written as text in a header, or a :class:`JobError` that calls it invalid.
+
+    ``record_bytes`` is the least each item takes in the file, so a count that no file could hold
+    (``18446744073709551615`` vertices) is refused as invalid here, not as "too many" later.
+    """
+    if not re.fullmatch(r"\d+", raw):
+        raise invalid_count(path, where, raw, "a count is a whole number, 0 or more")
+    if len(raw) > 20:  # past 2**64 whatever the digits; also keeps int() far from its digit limit
+        raise invalid_count(path, where, raw, "that many points would take more bytes than any file can hold")
+    count = int(raw)
+    check_plausible_count(path, count, where, record_bytes=record_bytes)
+    return count
+
+
+def check_plausible_count(path: Path, count: int, where: str, *, record_bytes: int = 1) -> None:
+    """Refuse a count read from a binary field that is negative or beyond any file's size, as invalid."""
+    if count < 0:
+        raise invalid_count(path, where, count, "a count is a whole number, 0 or more")
+    if count * max(record_bytes, 1) > MAX_FILE_BYTES:
+        raise invalid_count(path, where, count, "that many points would take more bytes than any file can hold")
+
+
+def declared_more_than_held(path: Path, declared: str, held: str) -> JobError:
+    """The header declares more than the file holds: say both, before any limit is mentioned."""
+    return JobError(
+        f"{path.name}: the header declares {declared}, but the file holds {held}: "
+        "the file is truncated or its header lies. Re-export it and upload again."
+    )
+
+
 def check_count(path: Path, count: int, max_points: int) -> None:
-    """Refuse an empty cloud or one above the limit, before a single point is allocated."""
+    """Refuse an empty cloud or one above the limit, before a single point is allocated.
+
+    Call it only after the count is known to be valid and held by the file (see the module
+    docstring): the limit message tells the user to downsample, which is wrong for a file that lies.
+    """
     limit = min(max_points, MAX_POINTS)
     if count <= 0:
         raise JobError(f"{path.name}: the file holds no points. Upload a cloud with at least one point.")
@@ -81,3 +147,66 @@ def check_count(path: Path, count: int, max_points: int) -> None:
             f"{path.name}: {count:,} points is more than the limit of {limit:,}. "
             "Downsample it first (e.g. a 1-5 cm voxel grid) or split the scan into tiles."
         )
+
+
+def _shown(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace").strip()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_rows(
+    path: Path,
+    *,
+    start: int,
+    first_line: int,
+    widths: tuple[int, ...],
+    expected: int | None,
+    names: str = "",
+    skip: int = 0,
+    more_allowed: bool = False,
+) -> tuple[int, int]:
+    """Check the text rows of a cloud from byte ``start`` (which is line ``first_line`` of the file).
+
+    Every non-empty row must hold the same count of numbers, one of ``widths`` (``names`` says what
+    they are, e.g. "x y z"); after ``skip`` rows of other elements (ASCII PLY), ``expected`` rows are
+    needed, and more are refused unless ``more_allowed``. The first bad row is named by its line
+    number in the file, so a user can go straight to it. Returns (rows, width).
+    """
+    what = f" ({names})" if names else ""
+    width = 0
+    pattern: re.Pattern[bytes] | None = None
+    rows = 0
+    with path.open("rb") as f:
+        f.seek(start)
+        for number, raw in enumerate(f, start=first_line):
+            if not raw.strip():
+                continue
+            if skip:
+                skip -= 1
+                continue
+            if expected is not None and rows == expected:
+                if more_allowed:
+                    break
+                raise JobError(
+                    f"{path.name}: line {number}: the header declares {expected:,} points, but the file holds more "
+                    f"rows ({_shown(raw)!r} is one too many): its point count is wrong. Re-export it and upload again."
+                )
+            if pattern is None:
+                width = len(raw.split())
+                if width not in widths:
+                    want = " or ".join(f"{w}" for w in widths)
+                    raise JobError(
+                        f"{path.name}: line {number}: expected {want} numbers{what}, got {_shown(raw)!r}. "
+                        "Remove header and comment lines, keep one point per line, and upload again."
+                    )
+                pattern = re.compile(rb"\s*" + _NUMBER + rb"(?:\s+" + _NUMBER + rb"){%d}\s*" % (width - 1), re.I)
+            if not pattern.fullmatch(raw):
+                raise JobError(
+                    f"{path.name}: line {number}: expected {width} numbers{what}, got {_shown(raw)!r}. "
+                    "Fix or remove that line (every point on its own line, numbers separated by spaces) "
+                    "and upload again."
+                )
+            rows += 1
+    if expected is not None and rows < expected:
+        raise declared_more_than_held(path, f"{expected:,} points", f"{rows:,} rows of points")
+    return rows, width

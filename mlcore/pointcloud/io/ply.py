@@ -5,11 +5,15 @@ Paul Bourke's PLY format: a text header (``ply``, ``format``, ``element NAME COU
 the elements in order, as text lines (``ascii``) or packed records (``binary_little_endian``,
 ``binary_big_endian``).
 
-The reader trusts nothing in the header: every type must be a PLY type, the vertex element must
-have x/y/z scalars, and ``count × record size`` of every element up to and including the
-vertices must fit in the bytes that follow the header *before* an array is allocated, so a file
-that claims 10^9 vertices in 1 KB fails at once instead of asking for 12 GB (or, worse, reading
-uninitialised memory as other readers do). A file with faces is a mesh, and refused as one.
+The reader trusts nothing in the header: every type must be a PLY type, every count a whole
+number some file could hold, the vertex element must have x/y/z scalars, and ``count × record
+size`` of every element up to and including the vertices must fit in the bytes that follow the
+header *before* an array is allocated, so a file that claims 10^9 vertices in 1 KB is told exactly
+that ("declares 1,000,000,000 points × 12 bytes … but holds …") instead of asking for 12 GB (or,
+worse, reading uninitialised memory as other readers do), and never told to downsample. A file
+with faces is a mesh, and refused as one. The header may be up to
+:data:`~mlcore.pointcloud.io.cloud.MAX_HEADER_BYTES` long (legal files carry long comments); an
+ASCII body is checked row by row only when it fails to parse, to name the first bad line.
 """
 
 from __future__ import annotations
@@ -21,8 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
-from mlcore.jobs.spec import JobError
-from mlcore.pointcloud.io.cloud import Cloud, check_count
+from mlcore.errors import JobError
+from mlcore.pointcloud.io.cloud import (
+    MAX_HEADER_BYTES,
+    Cloud,
+    check_count,
+    check_plausible_count,
+    check_rows,
+    declared_more_than_held,
+    parse_count,
+)
 
 #: PLY scalar types (both spellings of the spec) → numpy type codes.
 PLY_TYPES: dict[str, str] = {
@@ -32,7 +44,6 @@ PLY_TYPES: dict[str, str] = {
     "float": "f4", "float32": "f4", "double": "f8", "float64": "f8",
 }  # fmt: skip
 FORMATS = {"ascii": "", "binary_little_endian": "<", "binary_big_endian": ">"}
-MAX_HEADER_BYTES = 64 * 1024
 MESH_ELEMENTS = ("face", "tristrips", "edge")
 
 # Attribute names by preference. Our own labelled files keep the input colours as input_*; the
@@ -76,6 +87,7 @@ class Header:
     elements: tuple[Element, ...]
     comments: tuple[str, ...]
     length: int  # bytes up to and including the end_header line
+    lines: int = 0  # lines up to and including the end_header line (the body starts on the next)
 
 
 def _fail(
@@ -84,20 +96,42 @@ def _fail(
     return JobError(f"{path.name}: {what} {todo}")
 
 
+def _header_bytes(path: Path) -> tuple[bytes, re.Match[bytes] | None, bool]:
+    """The file's first bytes up to its ``end_header`` line, the match, and whether the cap stopped us."""
+    end = re.compile(rb"(?:^|\n)end_header[ \t]*\r?\n")
+    head = b""
+    with path.open("rb") as f:
+        while len(head) < MAX_HEADER_BYTES:
+            chunk = f.read(min(1 << 20, MAX_HEADER_BYTES - len(head)))
+            if not chunk:
+                return head, None, False
+            # Search only the new bytes and the tail of the old ones that a match could straddle.
+            since = max(0, len(head) - 16)
+            head += chunk
+            if (match := end.search(head, since)) is not None:
+                return head, match, False
+    return head, None, True
+
+
 def read_header(path: Path) -> Header:
     """Parse and check the header of ``path``; raise a :class:`JobError` naming what is wrong."""
     with path.open("rb") as f:
-        head = f.read(MAX_HEADER_BYTES)
-    match = re.search(rb"end_header\r?\n", head)
-    if not head.startswith((b"ply\n", b"ply\r\n")):
+        first = f.read(5)
+    if not first.startswith((b"ply\n", b"ply\r")):
         raise _fail(path, "is not a PLY file (it does not start with 'ply').")
+    head, match, capped = _header_bytes(path)
     if match is None:
-        raise _fail(
-            path,
-            f"has no 'end_header' line in its first {MAX_HEADER_BYTES // 1024} "
-            "KiB: the header is truncated or not PLY.",
-        )
-    lines = head[: match.start()].decode("ascii", errors="replace").splitlines()[1:]
+        if capped:
+            cap = f"{MAX_HEADER_BYTES // 2**20} MiB"
+            raise _fail(
+                path,
+                f"the PLY header is longer than the {cap} this reader accepts (no 'end_header' line in its "
+                f"first {cap}).",
+                "Shorten its comments, or re-export it as PLY (binary little endian), and upload again.",
+            )
+        raise _fail(path, "the PLY header has no 'end_header' line: the file is truncated or not PLY.")
+    text = head[: match.start()].decode("ascii", errors="replace")
+    lines = text.splitlines()[1:]
     fmt: str | None = None
     comments: list[str] = []
     elements: list[tuple[str, int, list[Property]]] = []
@@ -119,39 +153,43 @@ def read_header(path: Path) -> Header:
                 raise _fail(path, f"header line {number}: PLY version {words[2]!r} is not supported (only 1.0).")
             fmt = words[1]
         elif keyword == "element":
-            if len(words) != 3 or not words[2].isdigit():
-                raise _fail(
-                    path,
-                    f"header line {number} is not 'element NAME COUNT' "
-                    f"with a non-negative integer count: {raw.strip()!r}.",
-                )
-            elements.append((words[1], int(words[2]), []))
+            if len(words) != 3:
+                raise _fail(path, f"header line {number} is not 'element NAME COUNT': {raw.strip()[:60]!r}.")
+            where = f"header line {number}: the count of element {words[1][:30]!r}"
+            elements.append((words[1], parse_count(path, words[2], where), []))
         elif keyword == "property":
             if not elements:
                 raise _fail(path, f"header line {number} declares a property before any element.")
             if len(words) == 5 and words[1] == "list":
                 count_type, item_type = PLY_TYPES.get(words[2]), PLY_TYPES.get(words[3])
                 if count_type is None or item_type is None or count_type[0] == "f":
-                    raise _fail(path, f"header line {number} has a list property with bad types: {raw.strip()!r}.")
+                    raise _fail(path, f"header line {number} has a list property with bad types: {raw.strip()[:60]!r}.")
                 elements[-1][2].append(Property(words[4], item_type, count_type))
             elif len(words) == 3 and words[1] in PLY_TYPES:
                 elements[-1][2].append(Property(words[2], PLY_TYPES[words[1]]))
             else:
-                raise _fail(path, f"header line {number} has an unknown property type: {raw.strip()!r}.")
+                raise _fail(path, f"header line {number} has an unknown property type: {raw.strip()[:60]!r}.")
         else:
             raise _fail(path, f"header line {number} is not a PLY header line: {raw.strip()[:60]!r}.")
     if fmt is None:
         raise _fail(path, "has no 'format' line in its header.")
-    return Header(
+    header = Header(
         format=fmt,
         elements=tuple(Element(name, count, tuple(props)) for name, count, props in elements),
         comments=tuple(comments),
         length=match.end(),
+        lines=head[: match.end()].count(b"\n"),
     )
+    for element in header.elements:
+        # With the properties known, a count whose records no file could hold is invalid.
+        check_plausible_count(
+            path, element.count, f"the count of element {element.name[:30]!r}", record_bytes=element.record_bytes
+        )
+    return header
 
 
-def _vertex_element(path: Path, header: Header, max_points: int) -> tuple[int, Element]:
-    """The vertex element and its index, after the cloud-not-mesh and count checks."""
+def _vertex_element(path: Path, header: Header) -> tuple[int, Element]:
+    """The vertex element and its index, after the cloud-not-mesh checks."""
     faces = [e for e in header.elements if e.name in MESH_ELEMENTS and e.count > 0]
     if faces:
         raise JobError(
@@ -169,21 +207,22 @@ def _vertex_element(path: Path, header: Header, max_points: int) -> tuple[int, E
         raise _fail(path, f"the vertex element has no {'/'.join(missing)} property.")
     if vertex.has_lists:
         raise _fail(path, "the vertex element has list properties, which a point cloud does not use.")
-    check_count(path, vertex.count, max_points)
     return index, vertex
 
 
 def _check_sizes(path: Path, header: Header, index: int, size: int) -> int:
     """Check every element's ``count × record size`` against the file size; return the vertex offset."""
     body = size - header.length
+    vertex = header.elements[index]
     if header.format == "ascii":
         # A text value takes at least one character and one separator.
         least = sum(e.count * 2 * len(e.properties) for e in header.elements[: index + 1])
         if least > body:
-            raise _fail(
+            others = " (with the elements before them)" if index else ""
+            raise declared_more_than_held(
                 path,
-                f"the header promises {header.elements[index].count:,} vertices, which need at least {least:,} "
-                f"bytes of text, but only {body:,} bytes follow the header: the file is truncated or its header lies.",
+                f"{vertex.count:,} points of {len(vertex.properties)} values{others}, at least {least:,} bytes of text",
+                f"{body:,} bytes after its header",
             )
         return header.length
     offset = header.length
@@ -195,22 +234,23 @@ def _check_sizes(path: Path, header: Header, index: int, size: int) -> int:
                 "the vertices; this reader does not support that layout.",
             )
         offset += element.count * element.record_bytes
-    vertex = header.elements[index]
     needed = offset + vertex.count * vertex.record_bytes
     # Later elements need at least their minimal records too (their lists may only grow them).
     needed_all = needed + sum(e.count * e.record_bytes for e in header.elements[index + 1 :])
     if needed_all > size:
-        raise _fail(
+        points = vertex.count * vertex.record_bytes
+        elements = needed_all - header.length
+        others = f" ({elements:,} with its other elements)" if elements > points else ""
+        raise declared_more_than_held(
             path,
-            f"the header promises {vertex.count:,} vertices × {vertex.record_bytes} bytes = "
-            f"{vertex.count * vertex.record_bytes:,} bytes of points, but the file has {size:,} bytes in all "
-            f"({needed_all:,} needed): the file is truncated or its header lies.",
+            f"{vertex.count:,} points × {vertex.record_bytes} bytes = {points:,} bytes{others}",
+            f"{body:,} bytes after its header",
         )
     if not any(e.has_lists for e in header.elements) and size - needed_all >= max(vertex.record_bytes, 1):
         raise _fail(
             path,
-            f"{size - needed_all:,} bytes follow the last element the header declares: its vertex count "
-            f"({vertex.count:,}) is wrong.",
+            f"the header declares {vertex.count:,} points × {vertex.record_bytes} bytes, but "
+            f"{size - needed_all:,} more bytes follow the last element it declares: its vertex count is wrong.",
         )
     return offset
 
@@ -224,8 +264,9 @@ def _column(table: np.ndarray, names: dict[str, int], want: tuple[str, ...]) -> 
 def read_ply(path: Path, *, max_points: int) -> Cloud:
     """Read a PLY point cloud (ascii, binary little or big endian) after checking its header."""
     header = read_header(path)
-    index, vertex = _vertex_element(path, header, max_points)
+    index, vertex = _vertex_element(path, header)
     offset = _check_sizes(path, header, index, path.stat().st_size)
+    check_count(path, vertex.count, max_points)
     names = {p.name.lower(): i for i, p in enumerate(vertex.properties)}
     if header.format == "ascii":
         table = _read_ascii(path, header, index)
@@ -256,20 +297,32 @@ def read_ply(path: Path, *, max_points: int) -> Cloud:
 def _read_ascii(path: Path, header: Header, index: int) -> np.ndarray:
     vertex = header.elements[index]
     skip = sum(e.count for e in header.elements[:index])
+    last = index == len(header.elements) - 1
     with path.open("rb") as f:
         f.seek(header.length)
         for _ in range(skip):
             f.readline()
         try:
-            table = np.loadtxt(f, dtype=np.float64, max_rows=vertex.count, ndmin=2, comments=None)
-        except ValueError as exc:
-            raise _fail(path, f"a vertex line is not {len(vertex.properties)} numbers ({exc}).") from None
-    if table.shape != (vertex.count, len(vertex.properties)):
+            # One row more than declared when the vertices end the file, to notice an undercount.
+            table = np.loadtxt(f, dtype=np.float64, max_rows=vertex.count + last, ndmin=2, comments=None)
+        except ValueError:
+            table = None
+    if table is None or table.shape != (vertex.count, len(vertex.properties)):
+        # Something is wrong with the text: find the first bad row and name its line.
+        check_rows(
+            path,
+            start=header.length,
+            first_line=header.lines + 1,
+            widths=(len(vertex.properties),),
+            expected=vertex.count,
+            names=" ".join(p.name for p in vertex.properties)[:60],
+            skip=skip,
+            more_allowed=not last,
+        )
         raise _fail(
             path,
-            f"the header promises {vertex.count:,} vertices of {len(vertex.properties)} values, but the text holds "
-            f"{table.shape[0]:,} rows of {table.shape[1] if table.ndim == 2 else 0}: "
-            "the file is truncated or its header lies.",
+            f"the header declares {vertex.count:,} points of {len(vertex.properties)} values, but the text "
+            "does not read as that many rows of numbers.",
         )
     return table
 
@@ -288,6 +341,11 @@ def to_uint8_colors(rgb: np.ndarray) -> np.ndarray:
 
 
 def _to_labels(path: Path, labels: np.ndarray) -> np.ndarray:
+    if labels.dtype.kind == "f" and not np.isfinite(labels).all():
+        bad = int(np.flatnonzero(~np.isfinite(labels))[0])
+        raise _fail(
+            path, f"its label property holds NaN or infinite values (the first at point {bad}).", "Fix or drop it."
+        )
     if labels.dtype.kind == "f" and not np.array_equal(labels, np.round(labels)):
         raise _fail(
             path, "its label property holds fractional values; labels must be whole class ids.", "Round or drop it."

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mlcore.hf import adapt, layer_by_layer, load_model
-from mlcore.hf.checkpoint import weight_files
+from mlcore.hf.loading import weight_files
 from tests.mlcore.hf.conftest import ARCHS, build, token_ids
 
 

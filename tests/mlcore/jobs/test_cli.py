@@ -46,3 +46,26 @@ def test_run_reports_bad_parameters_by_name(tmp_path):
     result = moelab("run", "test-exercise", "--set", "steps=0", "--out", str(tmp_path), check=False)
     assert result.returncode == 2
     assert "steps: Must be at least 1." in result.stderr
+
+
+def test_run_prints_an_internal_errors_exception_on_the_users_own_machine(tmp_path):
+    args = ["run", "test-exercise", "--set", "outcome=crash", "--set", "fail_at=1", "--out", str(tmp_path)]
+    result = moelab(*args, check=False)
+    assert result.returncode == 1
+    assert "moelab: failed: Internal error: RuntimeError: crash at step 1 (run with -v for the traceback)" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+    outcome = json.loads((tmp_path / "outcome.json").read_text())
+    assert outcome == {"status": "failed", "error": "Internal error: RuntimeError: crash at step 1"}
+    verbose = moelab(*args, "-v", check=False)
+    assert "Traceback (most recent call last)" in verbose.stderr and "exercise.py" in verbose.stderr
+
+
+def test_submit_shows_the_apis_detail_but_never_another_error_page():
+    from mlcore.jobs.cli import _detail
+
+    body = b'{"detail": [{"field": "steps", "message": "Must be at least 1."}]}'
+    assert _detail(body) == ": steps: Must be at least 1."
+    assert _detail(b'{"detail": "Not allowed."}') == ": Not allowed."
+    assert _detail(b"<html>Traceback (most recent call last): File /srv/app.py</html>") == ""

@@ -1,5 +1,7 @@
 import io
+import re
 import tarfile
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -40,11 +42,27 @@ def test_a_user_error_fails_with_its_message(kind):
     assert outcome.error == "Asked to fail at step 2."
 
 
-def test_an_internal_error_fails_with_a_traceback(kind):
+def test_a_user_error_carries_no_traceback(kind):
+    outcome, _ = run(kind, {"steps": 5, "outcome": "user-error", "fail_at": 2})
+    assert outcome.traceback == "" and outcome.reference == ""
+
+
+def test_an_internal_error_shows_a_reference_and_keeps_the_traceback_for_staff(kind):
     outcome, _ = run(kind, {"steps": 5, "outcome": "crash", "fail_at": 1})
     assert outcome.status == "failed"
-    assert outcome.error.startswith("Internal error: RuntimeError")
-    assert "crash at step 1" in outcome.traceback
+    assert re.fullmatch(r"[0-9a-f]{8}", outcome.reference)
+    assert outcome.error == (
+        f"Internal error (reference {outcome.reference}): the job failed on our side; the staff have the details."
+    )
+    assert outcome.traceback.startswith(f"Reference {outcome.reference}\nTraceback (most recent call last):")
+    assert "crash at step 1" in outcome.traceback and "tests/jobkinds/exercise.py" in outcome.traceback
+    assert outcome.detail == "RuntimeError: crash at step 1"
+
+
+def test_two_internal_errors_get_different_references(kind):
+    first, _ = run(kind, {"steps": 2, "outcome": "crash", "fail_at": 0})
+    second, _ = run(kind, {"steps": 2, "outcome": "crash", "fail_at": 0})
+    assert first.reference != second.reference
 
 
 def test_a_cancelled_context_ends_the_job_as_cancelled(kind):
@@ -172,3 +190,34 @@ def test_a_built_item_is_rebuilt_when_its_stamp_changes(tmp_path, monkeypatch):
     stamp.write_text("v2")
     catalog.materialize(item, tmp_path / "cache")
     assert len(builds) == 2
+
+
+def test_a_message_naming_a_workers_temporary_folder_is_scrubbed():
+    from mlcore.jobs.runner import scrub_paths
+
+    folder = f"{tempfile.gettempdir()}/moelab-job-42-x1y2/work/inputs/notes/0"
+    message = f"Notes (a.txt): cannot read {folder}/a.txt: bad line 3."
+    assert scrub_paths(message) == "Notes (a.txt): cannot read …/a.txt: bad line 3."
+    assert scrub_paths(f"in {tempfile.gettempdir()}.") == "in …."
+
+
+def test_scrubbing_covers_the_checkout_the_python_installation_and_extra_roots(tmp_path):
+    import sysconfig
+
+    from mlcore.jobs.runner import scrub_paths
+
+    checkout = Path(__file__).resolve().parents[3]
+    site = sysconfig.get_paths()["purelib"]
+    message = (
+        f'File "{checkout}/mlcore/jobs/runner.py", line 3; {site}/transformers/modeling_utils.py; '
+        f"'{tmp_path}/media/inputs/x.zip'; /srv/media/y.bin"
+    )
+    scrubbed = scrub_paths(message, extra_roots=["/srv/media"])
+    assert scrubbed == "File \"…/runner.py\", line 3; …/modeling_utils.py; '…/x.zip'; …/y.bin"
+
+
+def test_scrubbing_leaves_relative_paths_and_look_alike_folders():
+    from mlcore.jobs.runner import scrub_paths
+
+    message = "model/weights.safetensors and /tmpdata/x and ./a/b are the user's own names."
+    assert scrub_paths(message) == message

@@ -116,6 +116,34 @@ def test_a_revoked_key_still_matches_and_is_flagged(tmp_path: Path, extractor_di
     assert (row["verdict"], row["revoked"]) == ("detected", "True")
 
 
+@pytest.mark.parametrize("platform_extractor", [True, False])
+def test_other_teams_keys_are_searched_only_with_the_platforms_extractor(
+    tmp_path: Path, extractor_dir: Path, platform_extractor: bool
+) -> None:
+    from mlcore.watermark.disclosure import extractor_fingerprint
+    from mlcore.watermark.keys import keyring_payload
+
+    marked = _image(5, tmp_path / "marked.png")
+    theirs = KeyRecord(
+        id="theirs", name="launch", organisation="Other Lab", bits=_bits_of(extractor_dir, marked), own=False
+    )
+    allowed = extractor_fingerprint(extractor_dir) if platform_extractor else "0" * 64
+    ring = tmp_path / "ring.json"
+    ring.write_bytes(keyring_payload([theirs], foreign_extractors=[allowed]))
+    outcome, ctx = run({"extractor": str(extractor_dir), "keyring": str(ring)}, {"images": [marked]})
+    assert outcome.status == "succeeded", outcome.traceback
+    row = json.loads(ctx.artifacts["results.json"].path.read_text())["images"][0]
+    if platform_extractor:
+        assert (row["verdict"], row["organisation"]) == ("detected", "Other Lab")
+        assert "other_teams_keys_skipped" not in ctx.metrics.scalars
+    else:
+        # A chosen extractor picks the bits it outputs: the verdicts would be chosen questions.
+        assert (row["verdict"], row["organisation"]) == ("not detected", None)
+        assert ctx.metrics.scalars["other_teams_keys_skipped"] == 1.0
+        assert ctx.metrics.scalars["keys_searched"] == 0
+        assert any("platform's own extractor" in line for line in ctx.lines)
+
+
 def test_it_refuses_a_truncated_png(tmp_path: Path, extractor_dir: Path) -> None:
     good = _image(4, tmp_path / "good.png").read_bytes()
     (tmp_path / "cut.png").write_bytes(good[: len(good) // 2])

@@ -90,7 +90,7 @@ def test_a_pcd_whose_width_and_height_disagree_with_points_is_refused(tmp_path: 
 def test_a_pcd_claiming_more_points_than_lines_is_refused(tmp_path: Path) -> None:
     path = write_pcd(tmp_path / "more.pcd", ascii=True)
     path.write_bytes(path.read_bytes().replace(b"WIDTH 40", b"WIDTH 45").replace(b"POINTS 40", b"POINTS 45"))
-    assert "promises 45 points but the file holds 40" in message(path)
+    assert "declares 45 points, but the file holds 40 rows of points" in message(path)
 
 
 def test_a_lying_compressed_pcd_block_is_refused(tmp_path: Path) -> None:
@@ -155,14 +155,14 @@ def test_a_pts_count_that_lies_is_refused_instead_of_zero_padded(tmp_path: Path)
     # open3d alone pads the missing points with zeros; the check stops the file first.
     xyz, rgb = points()
     path = write_text(tmp_path / "lie.pts", np.hstack([xyz, np.zeros((40, 1)), rgb]), header="90", fmt="%.6g")
-    assert "promises 90 points but the file holds 40" in message(path)
+    assert "declares 90 points, but the file holds 40 rows of points" in message(path)
 
 
 def test_a_truncated_xyz_line_is_refused(tmp_path: Path) -> None:
     xyz, _ = points()
     path = write_text(tmp_path / "cut.xyz", xyz)
     path.write_bytes(path.read_bytes()[:-12])
-    assert "is not 3 numbers" in message(path)
+    assert "line 40: expected 3 numbers (x y z), got '" in message(path)
 
 
 def test_an_xyz_file_with_infinite_coordinates_is_refused(tmp_path: Path) -> None:

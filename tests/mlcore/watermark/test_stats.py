@@ -45,7 +45,7 @@ def test_the_correction_multiplies_by_the_number_of_keys_and_caps_at_one() -> No
 
 
 def test_the_thresholds_match_the_method_card() -> None:
-    # shared/papers/molm.md: 28 bits give τ = 21 at FPR 1e-2 and 23 at 1e-3, and cannot reach 1e-9;
+    # The MOLM paper (§2): 28 bits give τ = 21 at FPR 1e-2 and 23 at 1e-3, and cannot reach 1e-9;
     # 48 bits give τ = 36 at 1e-3.
     assert threshold_bits(28, 1, 1e-2) == 21
     assert threshold_bits(28, 1, 1e-3) == 23

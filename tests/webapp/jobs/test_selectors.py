@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from webapp.jobs.models import Job, WorkerStatus
-from webapp.jobs.selectors import job_for_user, jobs_for_team, may_see_traceback, status_counts, workers_up
+from webapp.jobs.selectors import job_for_user, jobs_for_team, status_counts, workers_up
 
 pytestmark = pytest.mark.django_db
 
@@ -29,12 +29,6 @@ def test_it_returns_404_to_an_outsider_and_403_to_a_viewer_who_wants_to_write(te
     with pytest.raises(PermissionDenied):
         job_for_user(viewer, job.id, write=True)
     assert job_for_user(member, str(job.id), write=True) == job
-
-
-def test_it_shows_the_traceback_to_the_submitter_and_owners_only(team, owner, member, viewer) -> None:
-    job = _jobs(team, member, 1)[0]
-    assert may_see_traceback(member, job) and may_see_traceback(owner, job)
-    assert not may_see_traceback(viewer, job)
 
 
 def test_it_counts_jobs_per_status_including_zeros(team, member) -> None:

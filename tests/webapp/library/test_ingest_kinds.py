@@ -130,7 +130,7 @@ def test_it_reads_every_point_cloud_of_a_set(add_item: AddItem, tmp_path: Path) 
     assert (item.card["records"], item.card["points"]) == (1, 50)
     broken = (tmp_path / "scan.ply").read_bytes()[:-100]
     refused = add_item(zip_bytes({"scan.ply": broken}), kind="pointclouds", filename="broken.zip")
-    assert refused.status == LibraryItem.Status.REJECTED and "scan.ply: the header promises 50" in refused.error
+    assert refused.status == LibraryItem.Status.REJECTED and "scan.ply: the header declares 50 points" in refused.error
     assert stored_library_files() == [item.file.name]
 
 

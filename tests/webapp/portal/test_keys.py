@@ -56,9 +56,9 @@ def test_the_keyring_lists_every_key_with_its_organisation_and_revocation(
     a = services.key_create(team=team, user=owner, name="a")
     b = services.key_revoke(key=services.key_create(team=other_team, user=None, name="b"), user=None)
     ring = {k.id: k for k in services.keyring_records()}
-    assert ring[str(a.pk)].organisation == "Routing Lab" and not ring[str(a.pk)].revoked
-    assert ring[str(b.pk)].organisation == "Other Lab" and ring[str(b.pk)].revoked
-    assert ring[str(a.pk)].bits == services.bits_of(a)
+    assert ring[a.public_id].organisation == "Routing Lab" and not ring[a.public_id].revoked
+    assert ring[b.public_id].organisation == "Other Lab" and ring[b.public_id].revoked
+    assert ring[a.public_id].bits == services.bits_of(a)
 
 
 # -- pages -------------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def test_an_owner_revokes_and_rotates_from_the_page(team: Team, owner: User) -> 
     key = services.key_create(team=team, user=owner, name="launch")
     client = Client()
     client.force_login(owner)
-    response = client.post(f"/keys/{key.pk}/rotate/", follow=True)
+    response = client.post(f"/keys/{key.public_id}/rotate/", follow=True)
     assert "replaces" in response.content.decode()
     key.refresh_from_db()
     assert key.is_revoked and key.replaced_by is not None
@@ -100,7 +100,7 @@ def test_a_member_may_not_revoke(team: Team, owner: User, member: User) -> None:
     key = services.key_create(team=team, user=owner, name="launch")
     client = Client()
     client.force_login(member)
-    assert client.post(f"/keys/{key.pk}/revoke/").status_code == 403
+    assert client.post(f"/keys/{key.public_id}/revoke/").status_code == 403
     key.refresh_from_db()
     assert not key.is_revoked
 
@@ -110,7 +110,7 @@ def test_an_outsider_gets_404_for_another_teams_key(team: Team, owner: User, out
     key = services.key_create(team=team, user=owner, name="launch")
     client = Client()
     client.force_login(outsider)
-    assert client.post(f"/keys/{key.pk}/{action}/").status_code == 404
+    assert client.post(f"/keys/{key.public_id}/{action}/").status_code == 404
     assert client.get(f"/t/{team.slug}/keys/").status_code == 404
     key.refresh_from_db()
     assert not key.is_revoked

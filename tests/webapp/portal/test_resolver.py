@@ -4,7 +4,6 @@ keys, ``keyring:platform`` every registered key; other teams' keys read as missi
 from __future__ import annotations
 
 import json
-import stat
 
 import pytest
 from django.contrib.auth.models import User
@@ -23,11 +22,13 @@ KEYRING = Dataset(name="keyring", accepts=("watermark-keyring",))
 
 def test_a_teams_key_resolves_to_a_private_key_file(team: Team, owner: User) -> None:
     key = services.key_create(team=team, user=owner, name="launch")
-    for reference in (key.reference, str(key.pk)):
-        path = PlatformResolver(team=team).resolve(KEY, reference)
-        record = load_key_file(path)
-        assert (record.id, record.name, record.bits) == (str(key.pk), "launch", services.bits_of(key))
-        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    for reference in (key.reference, key.public_id):
+        with PlatformResolver(team=team) as resolver:
+            path = resolver.resolve(KEY, reference)
+            record = load_key_file(path)
+            assert (record.id, record.name, record.bits) == (key.public_id, "launch", services.bits_of(key))
+            assert str(path).startswith("/proc/self/fd/")  # in memory: no key bits on the worker's disk
+        assert not path.exists()
 
 
 def test_another_teams_key_reads_exactly_like_a_missing_one(team: Team, other_team: Team, owner: User) -> None:
@@ -49,11 +50,15 @@ def test_a_revoked_key_cannot_mark_new_images(team: Team, owner: User) -> None:
 def test_the_platform_keyring_holds_every_key_with_revocations(team: Team, other_team: Team, owner: User) -> None:
     mine = services.key_create(team=team, user=owner, name="mine")
     services.key_revoke(key=services.key_create(team=other_team, user=None, name="theirs"), user=None)
-    path = PlatformResolver(team=team).resolve(KEYRING, "keyring:platform")
-    ring = load_keyring(path)
-    assert [(k.organisation, k.revoked) for k in ring] == [("Routing Lab", False), ("Other Lab", True)]
-    assert ring[0].bits == services.bits_of(mine)
-    assert json.loads(path.read_text())["version"] == 1
+    with PlatformResolver(team=team) as resolver:
+        path = resolver.resolve(KEYRING, "keyring:platform")
+        ring = load_keyring(path)
+        assert json.loads(path.read_text())["version"] == 1
+    assert [(k.organisation, k.revoked, k.own) for k in ring] == [
+        ("Routing Lab", False, True),
+        ("Other Lab", True, False),
+    ]
+    assert ring[0].bits == services.bits_of(mine) and ring[0].id == mine.public_id
 
 
 @pytest.mark.parametrize(
