@@ -1,4 +1,4 @@
-"""``make bench-analysis``: routing consistency (issue 9).
+"""``make bench-analysis``: routing consistency.
 
 1. Speed: SRP over L ∈ {4, 16, 64, 256} (with 1,000 bootstrap resamples) and every cache policy at
    m ∈ {1, 1.5, 2, 3, 4} (SCH at every L) over 1M routing events, against the plain Python
@@ -194,7 +194,7 @@ def findings(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def markdown(data: dict[str, Any]) -> str:
     s = data["speed"]
     lines = [
-        "# Routing consistency: SRP, SCH and expert caches (issue 9)",
+        "# Routing consistency: SRP, SCH and expert caches",
         "",
         f"## Speed over {s['events']:,} routing events (2 shared CPU cores)",
         "",

@@ -1,4 +1,4 @@
-"""``make bench-compress``: MoNE's three-dimension robustness study on the zoo's MoE models (issue 5).
+"""``make bench-compress``: MoNE's three-dimension robustness study on the zoo's MoE models.
 
 Grid: methods × pruning ratio × calibration source × calibration sample count × architecture ×
 seed. A seed draws which calibration sequences are used (and the random baseline's subset), so
@@ -133,7 +133,7 @@ def run_group(
             row["skipped"] = f"C({num_experts}, {keep}) subsets is too many to enumerate"
         else:
             started = time.perf_counter()
-            plan = make_plan(method, adapter, calibration, keep, seed=seed)
+            plan = make_plan(method, adapter, calibration, keep, scope="layer", seed=seed)
             compressed, _ = compressed_copy(model, plan)
             result = heldout.evaluate(compressed, tokenizer)
             row["seconds"] = time.perf_counter() - started

@@ -1,4 +1,4 @@
-"""``make bench-core``: the MoE layer and group attention on the CPU (issue 3).
+"""``make bench-core``: the MoE layer and group attention on the CPU.
 
 Three tables, each measured in one run: the MoE layer against per-expert loops and against
 transformers' Mixtral block, group attention against full SDPA, and what recording a routing trace

@@ -1,4 +1,4 @@
-"""``make bench-distill``: AMiD against classic distillation losses (issue 10; Shin et al., ICLR 2026, scaled down).
+"""``make bench-distill``: AMiD against classic distillation losses (Shin et al., ICLR 2026, scaled down).
 
 Teacher: the zoo's ``moe-lm-tiny`` (Qwen3-MoE, 6.8M parameters, trained on Shakespeare, Python docs
 and source). Student: a dense Qwen3 of width 32, 2 layers (86k parameters, ~80× smaller), trained
@@ -151,7 +151,7 @@ def run_config(cfg: Config, setup: dict[str, Any], steps: int) -> dict[str, Any]
         setup["train"],
         setup["heldout"],
         loss,
-        TrainConfig(steps=steps, lr=LR, bf16=cfg.bf16, seed=cfg.seed),
+        TrainConfig(steps=steps, lr=LR, bf16=cfg.bf16, eval_every=0, seed=cfg.seed),
         targets=targets,
     )
     seconds = time.perf_counter() - start

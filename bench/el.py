@@ -1,4 +1,4 @@
-"""``make bench-el``: the Efficiency Leverage mini-study (issue 9; Tian et al., ICLR 2026, scaled down).
+"""``make bench-el``: the Efficiency Leverage mini-study (Tian et al., ICLR 2026, scaled down).
 
 Trains tiny byte-level transformer LMs on Shakespeare (train split; loss on the fixed 5% test
 split) at several compute budgets: dense models of several widths, then MoE models (``mlcore.moe``
@@ -287,7 +287,7 @@ def analyse(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def markdown(data: dict[str, Any]) -> str:
     law = data["analysis"]["dense_law"]
     lines = [
-        "# Efficiency Leverage mini-study (issue 9)",
+        "# Efficiency Leverage mini-study",
         "",
         f"Tier **{data['tier']}**: byte-level LMs, {LAYERS} layers, context {CONTEXT}, batch {BATCH}, Shakespeare "
         "(held-out loss on the fixed test split). Compute C = 6·active non-embedding params·tokens. "

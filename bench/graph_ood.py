@@ -1,4 +1,4 @@
-"""``python -m bench graph``: diverse subgraph experts with a sparse gate vs ERM and GSAT (issue 11).
+"""``python -m bench graph``: diverse subgraph experts with a sparse gate vs ERM and GSAT.
 
 Sun et al., ICLR 2026 (the card calls it DiSCO), scaled down to CPU: a clean-room GOOD-Motif-style
 generator (``mlcore.data.graphs``) with 10% label noise and 5% noise edges, three settings —
@@ -288,7 +288,7 @@ def run(tier: str, results: Path, *, run_missing: bool = True) -> None:
                 "## MoE for graph OOD", "## At the card's scale: MoE for graph OOD", 1
             )
             data["card"] = card_data
-    write_results(results, "graph", "# Graph OOD: diverse subgraph experts (issue 11)\n\n" + markdown, data)
+    write_results(results, "graph", "# Graph OOD: diverse subgraph experts\n\n" + markdown, data)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""``make bench-mixture``: FastMix against uniform, RegMix-lite, DoReMi-lite and references (issue 10, card §4).
+"""``make bench-mixture``: FastMix against uniform, RegMix-lite, DoReMi-lite and references (method card §4).
 
 Tier A: six classification sources sharing one concept (label noise 0/10/30/50%, two covariate-shifted),
 a clean target validation set, a small MLP proxy. Tier B: a character-level tiny transformer on five

@@ -1,4 +1,4 @@
-"""``python -m bench routing``: how inputs are routed to experts (issue 11).
+"""``python -m bench routing``: how inputs are routed to experts.
 
 1. **LD-MoLE** (method card ``ld-mole.md``, section 4): the zoo's frozen ``lora-base-tiny``
    fine-tuned on the majority-of-high-digits task at levels d = 2…6 with LoRA against top-1 /
@@ -12,7 +12,7 @@
    gap closed; k-NN overlap of embedding and routing spaces.
    The same study then runs on the zoo's ``moe-lm-tiny`` (a Qwen3-MoE LM, adapted through
    :mod:`mlcore.hf`) with the tasks as text prompts, as the ``router-align`` job runs it.
-3. **Graph OOD** (issue 11's third method) has its own benchmark, ``python -m bench graph``
+3. **Graph OOD** (the third routing method) has its own benchmark, ``python -m bench graph``
    (``bench/results/graph.md``); this page summarises its current results file rather than
    embedding a copy that goes stale.
 
@@ -491,7 +491,7 @@ def run(
         raise ValueError(f"cached_only takes LD-MoLE sections as <section>_<tier>, got {sorted(partial)}")
     started = time.perf_counter()
     mixed = any(ts != (tier,) for ts in tiers.values())
-    title = f"# Routing methods (issue 11), {tier} tier"
+    title = f"# Routing methods, {tier} tier"
     if mixed:
         title += " (" + ", ".join(f"{n}: {' + '.join(ts)}" for n, ts in tiers.items() if ts != (tier,)) + ")"
     sections, data = [title, ""], {"tier": tier, "section_tiers": tiers, "seeds": list(SEEDS)}

@@ -1,4 +1,4 @@
-"""``make bench-watermark``: MOLM (issue 6; ICLR 2026) on the zoo's ``molm-tiny``, against DWT-DCT.
+"""``make bench-watermark``: MOLM (ICLR 2026) on the zoo's ``molm-tiny``, against DWT-DCT.
 
 Measured, per the issue's benchmark section:
 
@@ -252,7 +252,7 @@ def _markdown(
         f"(new keys and latents each); {tier.keys} keys, {tier.watermarked} watermarked images per attack per seed, "
         f"τ calibrated on {tier.clean:,} unwatermarked generated images × {tier.keys} keys per seed.",
         "",
-        "## Targets (issue 6)",
+        "## Targets",
         "",
         "| metric | target | measured (zoo operating point) | met |",
         "|---|---|---|---|",

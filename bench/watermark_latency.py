@@ -1,4 +1,4 @@
-"""Verification latency and throughput (issue 6: "goal p95 under 500 ms end to end through the
+"""Verification latency and throughput ("goal p95 under 500 ms end to end through the
 portal on CPU"). ``section(tier)`` is called by the watermark benchmark; ``run`` writes it alone
 as ``bench/results/watermark-latency.md``.
 
@@ -42,7 +42,7 @@ TIERS = {
     "full": {"checks": 200, "component": 300, "batch": 2048, "keys": 1000},
 }
 GOAL_P95_MS = 500.0
-#: 2000 × 2000 pixels: the 4-megapixel case of issue 19.
+#: 2000 × 2000 pixels: the 4-megapixel case of the portal's latency goal.
 PHOTO_SIDE = 2000
 
 

@@ -3,6 +3,10 @@
 Extensions and browser-sent content types are never trusted: a file is what its first bytes
 say. Archives are unpacked member by member with caps on count, total size and compression
 ratio, refusing links and paths that leave the target directory (zip slip, tar bombs).
+
+Used by the job layer (uploads, ``mlcore.jobs.runner``) and by the item kinds' checks
+(``mlcore.items``) alike, so it sits below both, beside the method packages: it asks
+:mod:`mlcore.pointcloud.io.formats` about point clouds. ``mlcore.jobs.sniff`` re-exports it.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from mlcore.jobs.spec import JobError
+from mlcore.errors import JobError
 from mlcore.uploads import MAX_SAFETENSORS_HEADER
 
 MAX_ARCHIVE_MEMBERS = 10_000
 MAX_UNPACKED_BYTES = 64 * 2**30
 MAX_COMPRESSION_RATIO = 200
+#: The formats :func:`unpack` takes apart.
+ARCHIVES = ("zip", "tar")
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "png"),

@@ -11,7 +11,7 @@ queued) and the worker runs them again on what it downloads, with the same sente
   loader.
 
 Sniffing and safe unpacking (member count, unpacked size, compression ratio, zip slip) are
-:mod:`mlcore.jobs.sniff`'s. Messages name files by what the user uploaded: the upload's name, or a
+:mod:`mlcore.sniff`'s. Messages name files by what the user uploaded: the upload's name, or a
 member's path inside the archive, never a path on a server.
 """
 

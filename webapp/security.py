@@ -1,5 +1,6 @@
-"""HTTP hardening that Django does not ship: a Content-Security-Policy on every HTML page, and
-client errors (a 403 above all) logged as one line instead of a traceback.
+"""HTTP hardening that Django does not ship: a Content-Security-Policy on every HTML page,
+client errors (a 403 above all) logged as one line instead of a traceback, and the client's
+address behind our own proxies (:func:`client_ip`, for rate limits and budgets per address).
 
 The policy itself is ``settings.CONTENT_SECURITY_POLICY`` (where each directive is explained).
 """
@@ -11,6 +12,8 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+
+from webapp.env import env_int
 
 
 class ContentSecurityPolicyMiddleware:
@@ -78,3 +81,23 @@ class ClientErrorOneLine(logging.Filter):
         record.stack_info = None
         record.one_line = True
         return True
+
+
+def trusted_proxy_hops() -> int:
+    """How many reverse proxies in front of us append to X-Forwarded-For (0: use REMOTE_ADDR).
+
+    ``PORTAL_TRUSTED_PROXY_HOPS`` in Django settings wins (the portal's rate limit was its first user)."""
+    return int(getattr(settings, "PORTAL_TRUSTED_PROXY_HOPS", env_int("MOELAB_TRUSTED_PROXY_HOPS", 0)))
+
+
+def client_ip(request: HttpRequest) -> str:
+    """REMOTE_ADDR, or with ``N`` trusted proxies the address the outermost of them saw.
+
+    Only the entries our own proxies appended to X-Forwarded-For can be trusted; a client can
+    put anything in front of them, so we count from the right.
+    """
+    hops = trusted_proxy_hops()
+    forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()]
+    if hops and len(forwarded) >= hops:
+        return forwarded[-hops]
+    return request.META.get("REMOTE_ADDR", "") or "unknown"

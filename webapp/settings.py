@@ -41,7 +41,7 @@ INSTALLED_APPS = [
     "webapp.dashboard",
     "webapp.guides",
 ]
-# The watermark key registry and public portal (issue 6); its verify-queue task lives in workers/verify.py.
+# The watermark key registry and public portal; its verify-queue task lives in workers/verify.py.
 INSTALLED_APPS += ["webapp.portal"]
 CELERY_IMPORTS = ["workers.verify"]
 

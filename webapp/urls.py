@@ -3,8 +3,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from webapp.api import api
 from webapp.health import healthz
-from webapp.jobs.api import api
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

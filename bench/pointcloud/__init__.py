@@ -1,5 +1,5 @@
 """``make bench-pointcloud``: Point-MoE against dense PTv3-lite on the SynMix multi-sensor benchmark
-(issue 7; Point-MoE, arXiv 2505.23926 v2, scaled down to CPU minutes).
+(Point-MoE, arXiv 2505.23926 v2, scaled down to CPU minutes).
 
 Every configuration trains one PTv3-lite (channels 32-64-96, patch attention, grid pooling) jointly on
 the seen datasets A–D (rooms through a depth camera and a panorama, streets through 64- and 32-beam

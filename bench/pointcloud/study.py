@@ -51,7 +51,7 @@ def run(tier: str, results: Path) -> None:
     huge = throughput(spec.huge, chunk=150_000, compare=False) if spec.huge else None
     lines, table = summarise(runs, spec.configs)
     md = [
-        "# Point-MoE on SynMix (issue 7)",
+        "# Point-MoE on SynMix",
         "",
         f"Tier **{tier}**: {spec.seeds} seed(s); each model trained {spec.steps} steps of {spec.batch_size} crops × "
         f"{spec.points} points on SynMix A–D ({spec.scenes} training scans per dataset), evaluated on "

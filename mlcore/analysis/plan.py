@@ -74,17 +74,21 @@ class Architecture:
         return self.layers * self.top_k * (1.0 - hit_rate)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Serving:
-    """How the model is served: weight precision, expert parallelism, and the offloading set-up."""
+    """How the model is served: weight precision, expert parallelism, and the offloading set-up.
 
-    bytes_per_param: int = 2
-    devices: int = 1
-    cache_multiple: float = 2.0  # m: experts cached per layer = m·k
-    hit_rate: float = 0.0  # expected expert-cache hit rate (LRU from a routing-analysis report, or given)
-    sch_hit_rate: float | None = None  # the look-ahead bound SCH(L, m), when a report gives it
-    link_bytes_per_s: float = 25e9  # host → device (PCIe 4.0 x16 moves about 25 GB/s)
-    memory_bytes_per_s: float = 1e12  # device memory
+    No field has a default: the moe-planner job's spec holds them (PCIe 4.0 x16 ≈ 25 GB/s, 1 TB/s
+    device memory, m = 2), so a default here could only drift from the form's.
+    """
+
+    bytes_per_param: int
+    devices: int
+    cache_multiple: float  # m: experts cached per layer = m·k
+    hit_rate: float  # expected expert-cache hit rate (LRU from a routing-analysis report, or given)
+    sch_hit_rate: float | None  # the look-ahead bound SCH(L, m), when a report gives it
+    link_bytes_per_s: float  # host → device
+    memory_bytes_per_s: float  # device memory
 
     def __post_init__(self) -> None:
         if self.cache_multiple < 1:

@@ -32,12 +32,12 @@ def random_scores(num_layers: int, num_experts: int, seed: int) -> Tensor:
     return torch.rand(num_layers, num_experts, generator=generator, dtype=torch.float64)
 
 
-def plan_random(calibration: Calibration, keep: int, *, scope: str = "layer", seed: int = 0) -> CompressionPlan:
+def plan_random(calibration: Calibration, keep: int, *, scope: str, seed: int = 0) -> CompressionPlan:
     scores = random_scores(len(calibration.layers), calibration.num_experts, seed)
     return _deletion("random", calibration, scores, keep, scope)
 
 
-def plan_frequency(calibration: Calibration, keep: int, *, scope: str = "layer") -> CompressionPlan:
+def plan_frequency(calibration: Calibration, keep: int, *, scope: str) -> CompressionPlan:
     return _deletion("frequency", calibration, calibration.statistics.count.double(), keep, scope)
 
 
@@ -46,7 +46,7 @@ def plan_routing_score(calibration: Calibration, keep: int) -> CompressionPlan:
     return _deletion("rs", calibration, calibration.statistics.gate_weighted_frequency(), keep, "global")
 
 
-def plan_ean(calibration: Calibration, keep: int, *, scope: str = "layer") -> CompressionPlan:
+def plan_ean(calibration: Calibration, keep: int, *, scope: str) -> CompressionPlan:
     return _deletion("ean", calibration, calibration.statistics.norm_sum.clone(), keep, scope)
 
 
@@ -55,5 +55,5 @@ def reap_saliency(calibration: Calibration) -> Tensor:
     return calibration.gated_norm_sum / calibration.statistics.count.clamp_min(1).double()
 
 
-def plan_reap(calibration: Calibration, keep: int, *, scope: str = "layer") -> CompressionPlan:
+def plan_reap(calibration: Calibration, keep: int, *, scope: str) -> CompressionPlan:
     return _deletion("reap", calibration, reap_saliency(calibration), keep, scope, renormalize=True)

@@ -33,9 +33,12 @@ NEEDS_LAYER_INPUTS = ("naee",)
 
 
 def make_plan(
-    method: str, adapter: MoEAdapter, calibration: Calibration, keep: int, *, scope: str = "layer", seed: int = 0
+    method: str, adapter: MoEAdapter, calibration: Calibration, keep: int, *, scope: str, seed: int = 0
 ) -> CompressionPlan:
-    """The plan of ``method`` keeping ``keep`` experts per layer (``scope`` = ``layer`` | ``global``)."""
+    """The plan of ``method`` keeping ``keep`` experts per layer (``scope`` = ``layer`` | ``global``).
+
+    ``scope`` has no default here or in the ``plan_*`` functions: the compress-moe job's spec holds
+    it, and the benchmark says which it measures."""
     if method == "mone":
         return plan_mone(calibration, keep, scope=scope)
     if method == "mone-zero":

@@ -57,7 +57,7 @@ def plan_mone(
     calibration: Calibration,
     keep: int,
     *,
-    scope: str = "layer",
+    scope: str,
     zero_novices: bool = False,
     delete: bool = False,
     variance_norm: str = "std",

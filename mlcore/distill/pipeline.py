@@ -29,7 +29,7 @@ from mlcore.train import warmup_cosine
 TEACHER_CACHE_BYTES = 512 * 2**20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     steps: int = 400
     batch_size: int = 8
@@ -38,7 +38,9 @@ class TrainConfig:
     clip: float = 1.0
     warmup: float = 0.05  # fraction of the steps
     bf16: bool = False
-    eval_every: int = 0  # 0: only at the end
+    #: Held-out evaluation interval in steps (0: only at the end). No default: the distill job's spec
+    #: and the benchmark each give their own.
+    eval_every: int
     seed: int = 0
 
 

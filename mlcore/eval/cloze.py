@@ -7,7 +7,7 @@ multiple-choice tasks: each choice's log-likelihood Σ log p(continuation tokens
 ``acc`` picks the highest sum, ``acc_norm`` the highest sum per character of the choice.
 
 Difficulty (``choices``, continuation length) is fixed so that the unpruned zoo model scores
-between 40% and 90% (issue 5): room to show pruning damage in both directions.
+between 40% and 90%: room to show pruning damage in both directions.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import VEGA_LITE
 from mlcore.jobs import (
@@ -38,12 +38,28 @@ from mlcore.jobs import (
     Numbers,
     Seed,
 )
+from mlcore.jobs.binding import bind
+
+if TYPE_CHECKING:
+    from mlcore.mixture.fastmix import FastMixConfig
 
 BUILTIN_SOURCES = ("shakespeare", "stdlib-docs", "stdlib-source")
 MAX_SOURCE_CHARS = 2_000_000  # per source: enough for a byte-level proxy, bounded memory
 #: mlcore.mixture.stdlib_subcorpora's SUBCORPORA and TARGET_MIX, spelt out because specs must not import torch.
 SUBCORPORA = ("code", "docstrings", "comments", "tests", "licence")
 TARGET_MIX = (0.5, 0.3, 0.2, 0.0, 0.0)
+#: Parameters that pick the problem and the proxy, or drive the confirmation: not FastMix's own.
+PROBLEM_PARAMS = (
+    "problem",
+    "target_mix",
+    "sources",
+    "noise_source",
+    "target",
+    "context",
+    "width",
+    "confirm_steps",
+    "seed",
+)
 
 
 def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
@@ -212,10 +228,16 @@ def _problem(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) ->
     return problem, None
 
 
+def _search_config(params: dict[str, Any]) -> FastMixConfig:
+    from mlcore.mixture.fastmix import FastMixConfig
+
+    return bind(FastMixConfig, params, skip=PROBLEM_PARAMS)
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
-    from mlcore.mixture.fastmix import FastMixConfig, fastmix
+    from mlcore.mixture.fastmix import fastmix
     from mlcore.mixture.problem import train_on_mixture
     from mlcore.mixture.stdlib_subcorpora import distance_to
 
@@ -223,14 +245,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     problem, target = _problem(params, inputs, ctx)
     problem.device = ctx.device
     torch.manual_seed(params["seed"])
-    config = FastMixConfig(
-        steps=params["steps"],
-        batch_per_source=params["batch_per_source"],
-        lr=params["lr"],
-        lr_z=params["lr_z"],
-        interval=params["interval"],
-        full_gradients=params["full_gradients"],
-    )
+    config = _search_config(params)
     bits = 1 / math.log(2)
 
     def on_outer(step: int, result: Any) -> None:

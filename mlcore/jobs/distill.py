@@ -13,13 +13,21 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Bool, Choice, Dataset, Estimate, File, Float, Int, JobContext, JobError, JobSpec, Model, Seed
+from mlcore.jobs.binding import bind
+
+if TYPE_CHECKING:
+    from mlcore.distill.pipeline import TrainConfig
 
 LOSSES = ("amid", "fkl", "rkl", "skew-kl", "taid", "abkd")
 MAX_TRAIN_TOKENS = 4_000_000
+#: Parameters that are not the training loop's: the student's shape, the loss, and the data.
+STUDENT_PARAMS = ("student_hidden", "student_layers", "student_intermediate", "student_heads")
+LOSS_PARAMS = ("loss", "alpha", "lam", "divergence", "order", "ab_a", "ab_b", "detach_q", "teacher_temperature")
+DATA_PARAMS = ("model", "dataset", "seq_len", "train_windows", "eval_windows")
 
 
 def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
@@ -192,10 +200,15 @@ def _curves(ctx: JobContext, result: Any) -> None:
     )
 
 
+def _train_config(params: dict[str, Any]) -> TrainConfig:
+    from mlcore.distill.pipeline import TrainConfig
+
+    return bind(TrainConfig, params, skip=(*STUDENT_PARAMS, *LOSS_PARAMS, *DATA_PARAMS))
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     from mlcore.distill.pipeline import (
         SharpenedTeacher,
-        TrainConfig,
         build_student,
         distill,
         parameter_count,
@@ -238,14 +251,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         + (" under bf16 autocast" if params["bf16"] else "")
         + (f", teacher logits / {params['teacher_temperature']:g}" if params["teacher_temperature"] != 1.0 else "")
     )
-    train_config = TrainConfig(
-        steps=params["steps"],
-        batch_size=params["batch_size"],
-        lr=params["lr"],
-        bf16=params["bf16"],
-        eval_every=params["eval_every"],
-        seed=params["seed"],
-    )
+    train_config = _train_config(params)
 
     def on_step(step: int, result: Any) -> None:
         ctx.raise_if_cancelled()

@@ -15,12 +15,18 @@ import csv
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Choice, Dataset, Estimate, File, Float, Int, JobContext, JobError, JobSpec, Multi, Seed
+from mlcore.jobs.binding import bind
+
+if TYPE_CHECKING:
+    from mlcore.graph.pipeline import TrainConfig
 
 METHODS = ("erm", "gsat", "moe-softmax", "moe-diversity", "disco")
+#: Parameters that choose the graphs and the methods, not how each method trains.
+DATA_PARAMS = ("dataset", "shift", "variant", "graphs", "label_noise", "methods")
 SPLIT_TITLES = {"train": "train", "id_val": "ID val", "ood_val": "OOD val", "ood_test": "OOD test"}
 MAX_GRAPH_BYTES = 200 * 2**20
 
@@ -353,29 +359,22 @@ def _write_table(path: Path, results: dict[str, Any]) -> None:
                 writer.writerow([m, s, v.graphs, f"{v.accuracy:.4f}", v.ceiling, v.mask_auc, v.gate_nonzero])
 
 
+def _train_config(params: dict[str, Any]) -> TrainConfig:
+    from mlcore.graph.pipeline import TrainConfig
+
+    return bind(TrainConfig, params, rename={"gate_alpha": "alpha"}, skip=DATA_PARAMS)
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, float]:
     from dataclasses import asdict
 
-    from mlcore.graph.pipeline import TrainConfig, train_method
+    from mlcore.graph.pipeline import train_method
 
     ctx.progress(0.0, "preparing graphs")
     graphset = _load(params, inputs)
     counts = {s: len(graphset.split(s)) for s in graphset.splits()}
     ctx.log(f"{graphset.name}: {len(graphset.graphs)} graphs, {graphset.num_classes} classes, splits {counts}")
-    config = TrainConfig(
-        epochs=params["epochs"],
-        batch_size=params["batch_size"],
-        lr=params["lr"],
-        hidden=params["hidden"],
-        layers=params["layers"],
-        experts=params["experts"],
-        diversity=params["diversity"],
-        budget=params["budget"],
-        keep_ratio=params["keep_ratio"],
-        alpha=params["gate_alpha"],
-        gate_weight=params["gate_weight"],
-        seed=params["seed"],
-    )
+    config = _train_config(params)
     methods = [m for m in METHODS if m in params["methods"]]
     results: dict[str, Any] = {}
     curves: list[dict[str, Any]] = []

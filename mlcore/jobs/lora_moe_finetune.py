@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import VEGA_LITE, bar_chart
 from mlcore.jobs import (
@@ -31,9 +31,27 @@ from mlcore.jobs import (
     Numbers,
     Seed,
 )
+from mlcore.jobs.binding import bind
+
+if TYPE_CHECKING:
+    from mlcore.lora.mixture import MixtureConfig
+    from mlcore.lora.pipeline import FinetuneConfig
 
 ROUTINGS = ("lora", "top1", "top2", "relu", "sparsemax", "ld-mole", "ld-mole-nosparsity")
 PROJECTIONS = ("q", "k", "v", "o", "up", "down")
+#: The parameters of the LoRA mixture and of the fine-tuning run; ``model`` is the job's own.
+MIXTURE_PARAMS = (
+    "routing",
+    "experts",
+    "rank",
+    "alpha",
+    "projections",
+    "sparsity_k",
+    "sparsity_weight",
+    "balance_weight",
+    "l1_weight",
+)
+FINETUNE_PARAMS = ("task", "levels", "steps", "batch_size", "lr", "train_examples", "eval_examples", "seed")
 
 
 def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
@@ -200,7 +218,7 @@ def _heatmap(result: Any) -> dict[str, Any]:
 
 def _load_base(folder: Path, device: Any) -> tuple[Any, Any]:
     """(base, tokenizer or None): MoE Lab's tiny encoder, or a Hugging Face MoE LM wrapped as a LoRA base."""
-    from mlcore.jobs.sniff import native_architecture
+    from mlcore.sniff import native_architecture
 
     if native_architecture(folder) is not None:
         from mlcore.lora.base import TinyEncoder
@@ -238,15 +256,36 @@ def _task_data(inputs: dict[str, Any], base: Any, tokenizer: Any) -> tuple[Any, 
         raise JobError(f"Task file: {exc}.") from None
 
 
+def _mixture_config(params: dict[str, Any]) -> MixtureConfig:
+    from mlcore.lora.mixture import MixtureConfig
+
+    return bind(
+        MixtureConfig,
+        params,
+        convert={"projections": lambda chosen: tuple(p for p in PROJECTIONS if p in chosen)},
+        skip=(*FINETUNE_PARAMS, "model"),
+    )
+
+
+def _finetune_config(params: dict[str, Any]) -> FinetuneConfig:
+    from mlcore.lora.pipeline import FinetuneConfig
+
+    return bind(
+        FinetuneConfig,
+        params,
+        convert={"levels": lambda levels: tuple(sorted(set(levels)))},
+        skip=(*MIXTURE_PARAMS, "model"),
+    )
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
-    from mlcore.lora.mixture import MixtureConfig
-    from mlcore.lora.pipeline import FinetuneConfig, finetune
+    from mlcore.lora.pipeline import finetune
 
     # Everything that can refuse the job happens before training, so bad input loses nothing.
     if "checkpoint" in inputs:
-        from mlcore.jobs.sniff import unpacked_checkpoint
+        from mlcore.sniff import unpacked_checkpoint
 
         base, tokenizer = _load_base(unpacked_checkpoint(Path(inputs["checkpoint"]), label="Checkpoint"), ctx.device)
     elif "model" in inputs:
@@ -261,27 +300,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         def encode(batch: Any) -> Any:
             return as_text(batch, tokenizer, base.max_length)
 
-    mixture = MixtureConfig(
-        routing=params["routing"],
-        experts=params["experts"],
-        rank=params["rank"],
-        alpha=params["alpha"],
-        projections=tuple(p for p in PROJECTIONS if p in params["projections"]),
-        sparsity_k=params["sparsity_k"],
-        sparsity_weight=params["sparsity_weight"],
-        balance_weight=params["balance_weight"],
-        l1_weight=params["l1_weight"],
-    )
-    config = FinetuneConfig(
-        steps=params["steps"],
-        batch_size=params["batch_size"],
-        lr=params["lr"],
-        train_examples=params["train_examples"],
-        eval_examples=params["eval_examples"],
-        levels=tuple(sorted(set(params["levels"]))),
-        task=params["task"],
-        seed=params["seed"],
-    )
+    mixture, config = _mixture_config(params), _finetune_config(params)
     try:
         sites = [name for name, _, _ in base.lora_sites(mixture.projections)]
     except ValueError as exc:

@@ -15,15 +15,44 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlcore.jobs import Bool, Choice, File, Float, Int, JobContext, JobError, JobSpec, Seed
+from mlcore.jobs.binding import bind
+
+if TYPE_CHECKING:
+    from mlcore.analysis.el import ELConstants
+    from mlcore.analysis.plan import Architecture, Serving
 
 BUNDLED = Path(__file__).resolve().parents[1] / "analysis" / "el_constants.json"
 RUNS_HELP = (
     "CSV, one row per training run with columns name, kind (dense|moe), total_params, active_params, experts, "
     "top_k, shared_experts, granularity (2·d_model/d_expert), tokens, flops, loss (held-out nats/token), and an "
     "optional budget label. Needs dense runs at ≥ 2 budgets and MoE runs."
+)
+#: The parameters of the law (its constants and their fit), of the proposed model and of its serving:
+#: each config skips the others' (``bind`` checks that every parameter lands somewhere).
+LAW_PARAMS = (
+    "constants",
+    "a",
+    "d",
+    "beta",
+    "gamma",
+    "input",
+    "x_max",
+    "huber_delta",
+    "count_shared",
+    "resamples",
+    "seed",
+)
+ARCHITECTURE_PARAMS = ("d_model", "layers", "experts", "top_k", "shared_experts", "d_expert", "tokens")
+SERVING_PARAMS = (
+    "bytes_per_param",
+    "devices",
+    "cache_multiple",
+    "cache_hit_rate",
+    "link_gb_per_s",
+    "memory_gb_per_s",
 )
 
 
@@ -140,11 +169,8 @@ def _constants(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) 
     """The law's constants and the compute range [min, max] of the runs they were fitted on (if known)."""
     from mlcore.analysis.el import ELConstants
 
-    shape = {"input": params["input"], "x_max": params["x_max"]}
     if params["constants"] == "user":
-        return ELConstants(
-            a=params["a"], d=params["d"], beta=params["beta"], gamma=params["gamma"], source="user-supplied", **shape
-        ), None
+        return _user_constants(params), None
     if params["constants"] == "bundled":
         if not BUNDLED.is_file():
             raise JobError("No bundled fit is installed; run `make bench-el`, or upload runs, or give constants.")
@@ -223,33 +249,49 @@ def _fit_runs(params: dict[str, Any], path: Path, ctx: JobContext) -> Any:
     return fit.constants, [float(C.min()), float(C.max())]
 
 
+def _per_second(gigabytes_per_second: float) -> float:
+    return gigabytes_per_second * 1e9
+
+
+def _user_constants(params: dict[str, Any]) -> ELConstants:
+    from mlcore.analysis.el import ELConstants
+
+    fit_options = ("constants", "huber_delta", "count_shared", "resamples", "seed")
+    return bind(ELConstants, params, skip=(*ARCHITECTURE_PARAMS, *SERVING_PARAMS, *fit_options), source="user-supplied")
+
+
+def _architecture(params: dict[str, Any]) -> Architecture:
+    from mlcore.analysis.plan import Architecture
+
+    return bind(Architecture, params, skip=(*LAW_PARAMS, *SERVING_PARAMS))
+
+
+def _serving(params: dict[str, Any], curves: dict[str, Any] | None) -> Serving:
+    """How the model is served; a routing-analysis report's measured hit rates replace the typed one."""
+    from mlcore.analysis.plan import Serving, rate_at
+
+    m = params["cache_multiple"]
+    return bind(
+        Serving,
+        params,
+        rename={"link_gb_per_s": "link_bytes_per_s", "memory_gb_per_s": "memory_bytes_per_s"},
+        convert={"bytes_per_param": int, "link_gb_per_s": _per_second, "memory_gb_per_s": _per_second},
+        skip=(*LAW_PARAMS, *ARCHITECTURE_PARAMS, "cache_hit_rate"),
+        hit_rate=rate_at(curves["lru"], m) if curves else params["cache_hit_rate"],
+        sch_hit_rate=rate_at(curves["sch"], m) if curves else None,
+    )
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    from mlcore.analysis.plan import Architecture, Serving, plan, rate_at
+    from mlcore.analysis.plan import plan
 
     ctx.progress(0.0, "loading constants")
     curves = _routing_curves(params, inputs, ctx)  # before the fit, so a bad report fails at once
     constants, fitted_range = _constants(params, inputs, ctx)
-    arch = Architecture(
-        d_model=params["d_model"],
-        layers=params["layers"],
-        experts=params["experts"],
-        top_k=params["top_k"],
-        shared_experts=params["shared_experts"],
-        d_expert=params["d_expert"],
-        tokens=params["tokens"],
-    )
+    arch = _architecture(params)
     ctx.raise_if_cancelled()
     ctx.progress(0.8, "planning")
-    m = params["cache_multiple"]
-    serving = Serving(
-        bytes_per_param=int(params["bytes_per_param"]),
-        devices=params["devices"],
-        cache_multiple=m,
-        hit_rate=rate_at(curves["lru"], m) if curves else params["cache_hit_rate"],
-        sch_hit_rate=rate_at(curves["sch"], m) if curves else None,
-        link_bytes_per_s=params["link_gb_per_s"] * 1e9,
-        memory_bytes_per_s=params["memory_gb_per_s"] * 1e9,
-    )
+    serving = _serving(params, curves)
     result = plan(arch, constants, serving, count_shared=params["count_shared"])
     for name, value in result.items():
         if isinstance(value, int | float) and not isinstance(value, bool):

@@ -316,7 +316,7 @@ class Key(_Reference):
 
 @dataclass(frozen=True, kw_only=True)
 class File(Param):
-    """One or more uploads. ``formats`` are sniffed from content (see :mod:`mlcore.jobs.sniff`)."""
+    """One or more uploads. ``formats`` are sniffed from content (see :mod:`mlcore.sniff`)."""
 
     formats: tuple[str, ...] = ()
     max_bytes: int = 100 * 2**20

@@ -18,12 +18,12 @@ from typing import Any
 
 from mlcore.charts import bar_chart
 from mlcore.jobs import Choice, Dataset, Estimate, File, Int, JobContext, JobError, JobSpec, Model, Multi, Seed
+from mlcore.pointcloud.io.formats import CLOUD_SUFFIXES
 from mlcore.pointcloud.labels import LABELS
 
 CLOUD_FORMATS = ("ply", "pcd", "xyz", "las")
 MAX_CLOUD_BYTES = 2 * 2**30
 MAX_POINTS = 50_000_000
-CLOUD_SUFFIXES = (".ply", ".pcd", ".xyz", ".xyzrgb", ".pts", ".las", ".laz")
 
 
 def _estimate(p: dict[str, Any]) -> Estimate:

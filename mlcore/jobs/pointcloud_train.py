@@ -10,14 +10,33 @@ dataset, and registers the trained segmenter (kind ``pointcloud-segmenter``) in 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import VEGA_LITE, step_lines
 from mlcore.jobs import Bool, Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Multi, Seed
+from mlcore.jobs.binding import bind
+
+if TYPE_CHECKING:
+    from mlcore.pointcloud.pipeline import TrainConfig
+    from mlcore.pointcloud.ptv3 import PTv3Config
 
 SEEN = ("A", "B", "C", "D")
 ZERO_SHOT = ("E", "F")
 ARCHITECTURES = ("moe-proj", "moe-ffn", "dense")
+#: The parameters that shape the network, and those of the training run.
+MODEL_PARAMS = ("architecture", "block_norm", "experts", "top_k")
+TRAIN_PARAMS = (
+    "datasets",
+    "mixed",
+    "steps",
+    "batch_size",
+    "points",
+    "scenes",
+    "lr",
+    "balance",
+    "eval_every",
+    "eval_scenes",
+)
 
 
 def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
@@ -153,40 +172,50 @@ def usage_chart(usage: dict[str, list[list[float]]], layer_numbers: Sequence[int
     }
 
 
-def model_config(p: dict[str, Any]) -> dict[str, Any]:
-    shared = {"experts": p["experts"], "top_k": p["top_k"], "block_norm": p["block_norm"]}
-    if p["architecture"] == "dense":
-        return {"proj": "dense", "proj_ratio": float(p["top_k"]), **shared}
-    if p["architecture"] == "moe-ffn":
-        return {"proj": "dense", "proj_ratio": float(p["top_k"]), "ffn": "moe", **shared}
-    return {"proj": "moe", "proj_ratio": 1.0, **shared}
+def _layout(architecture: str, top_k: int) -> dict[str, Any]:
+    """Where the experts go (PTv3Config's ``proj``, ``proj_ratio`` and ``ffn``); a dense W_o is as wide as k experts."""
+    if architecture == "dense":
+        return {"proj": "dense", "proj_ratio": float(top_k)}
+    if architecture == "moe-ffn":
+        return {"proj": "dense", "proj_ratio": float(top_k), "ffn": "moe"}
+    return {"proj": "moe", "proj_ratio": 1.0}
+
+
+def _model_config(params: dict[str, Any]) -> PTv3Config:
+    from mlcore.pointcloud.ptv3 import PTv3Config
+
+    return bind(
+        PTv3Config,
+        params,
+        skip=(*TRAIN_PARAMS, "architecture", "seed"),
+        **_layout(params["architecture"], params["top_k"]),
+    )
+
+
+def _train_config(params: dict[str, Any]) -> TrainConfig:
+    from mlcore.pointcloud.pipeline import TrainConfig
+
+    return bind(
+        TrainConfig,
+        params,
+        convert={"datasets": lambda chosen: tuple(d for d in SEEN if d in chosen)},
+        skip=MODEL_PARAMS,
+    )
 
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
     from mlcore.pointcloud.datasets import make_scan
-    from mlcore.pointcloud.pipeline import ScanPool, TrainConfig, evaluate, save_segmenter, train
-    from mlcore.pointcloud.ptv3 import PTv3, PTv3Config, parameter_counts
+    from mlcore.pointcloud.pipeline import ScanPool, evaluate, save_segmenter, train
+    from mlcore.pointcloud.ptv3 import PTv3, parameter_counts
 
-    datasets = tuple(d for d in SEEN if d in params["datasets"])
+    cfg = _train_config(params)
+    datasets = cfg.datasets
     if not datasets:
         raise JobError("datasets: pick at least one of A, B, C, D.")
-    cfg = TrainConfig(
-        datasets=datasets,
-        steps=params["steps"],
-        batch_size=params["batch_size"],
-        points=params["points"],
-        scenes=params["scenes"],
-        lr=params["lr"],
-        balance=params["balance"],
-        mixed=params["mixed"],
-        seed=params["seed"],
-        eval_every=params["eval_every"],
-        eval_scenes=params["eval_scenes"],
-    )
     torch.manual_seed(params["seed"])
-    model = PTv3(PTv3Config(**model_config(params)))
+    model = PTv3(_model_config(params))
     sizes = parameter_counts(model)
     ctx.log(
         f"{params['architecture']}: {sizes['total']:,} parameters ({sizes['active']:,} active per point); "

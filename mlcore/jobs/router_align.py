@@ -16,10 +16,19 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Choice, Estimate, File, Float, Int, JobContext, JobError, JobSpec, Model, Seed
+from mlcore.jobs.binding import bind
+
+if TYPE_CHECKING:
+    from mlcore.routing.roma import StudyConfig
+
+#: The parameters of RoMA's router tuning (AlignConfig) and of the study around it (StudyConfig);
+#: ``model`` and ``pretrain_steps`` are the job's own.
+ALIGN_PARAMS = ("layers", "k", "sigma", "lam", "epochs", "lr", "targets")
+STUDY_PARAMS = ("train_examples", "test_examples", "embedding", "oracle_steps")
 
 TASK_FORMAT = (
     'JSONL objects {"text": ..., "label": ...} or CSV with a text,label header; optional split '
@@ -206,7 +215,7 @@ def _load_lm(folder: Path, classes: tuple[str, ...], device: Any) -> Any:
 
 
 def _model_folder(inputs: dict[str, Any]) -> Path | None:
-    from mlcore.jobs.sniff import unpacked_checkpoint
+    from mlcore.sniff import unpacked_checkpoint
 
     if "checkpoint" in inputs and "model" in inputs:
         raise JobError("Give either a model or an uploaded checkpoint, not both.")
@@ -239,33 +248,24 @@ def _task_sets(inputs: dict[str, Any], config: Any, *, text: bool, shifted_lengt
     return rows("train"), {"test": rows("test")}
 
 
+def _study_config(params: dict[str, Any]) -> StudyConfig:
+    from mlcore.routing.roma import AlignConfig, StudyConfig
+
+    own = ("model", "pretrain_steps")
+    align = bind(AlignConfig, params, skip=(*STUDY_PARAMS, *own))
+    return bind(StudyConfig, params, skip=(*ALIGN_PARAMS, *own), align=align)
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
-    from mlcore.jobs.sniff import native_architecture
     from mlcore.routing.model import MoEClassifier, MoEClassifierConfig
-    from mlcore.routing.roma import AlignConfig, StudyConfig, pretrain_moe, run_study
+    from mlcore.routing.roma import pretrain_moe, run_study
     from mlcore.routing.tasks import DIGIT_CLASSES, LENGTH
+    from mlcore.sniff import native_architecture
 
     torch.manual_seed(params["seed"])
-    align = AlignConfig(
-        layers=params["layers"],
-        k=params["k"],
-        sigma=params["sigma"],
-        lam=params["lam"],
-        epochs=params["epochs"],
-        lr=params["lr"],
-        targets=params["targets"],
-        seed=params["seed"],
-    )
-    config = StudyConfig(
-        train_examples=params["train_examples"],
-        test_examples=params["test_examples"],
-        embedding=params["embedding"],
-        align=align,
-        oracle_steps=params["oracle_steps"],
-        seed=params["seed"],
-    )
+    config = _study_config(params)
     # Everything that can refuse the job happens before the first artifact, so bad input leaves nothing.
     folder = _model_folder(inputs)
     if folder is not None and native_architecture(folder) is not None:

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mlcore import uploads
-from mlcore.jobs import sniff
+from mlcore import sniff, uploads
 from mlcore.jobs.context import JobContext
 from mlcore.jobs.params import REFERENCE_TYPES, Seed
 from mlcore.jobs.references import Resolver
@@ -29,7 +28,7 @@ from mlcore.jobs.registry import Kind
 from mlcore.jobs.spec import JobCancelled, JobError
 
 Inputs = dict[str, Path | list[Path]]
-ARCHIVES = ("zip", "tar")
+ARCHIVES = sniff.ARCHIVES
 
 
 @dataclass

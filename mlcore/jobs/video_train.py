@@ -12,15 +12,22 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import heatmap, step_lines
 from mlcore.jobs import Bool, Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Seed
+from mlcore.jobs.binding import bind
+
+if TYPE_CHECKING:
+    from mlcore.video.pipeline import TrainConfig
 
 ATTENTION = ("full", "moga", "local")
 FFN = ("dense", "moe", "promoe", "ec", "race")
 PROMOE_ACTIVATIONS = ("identity", "sigmoid", "softmax")
 MAX_MEMORY_BYTES = 16 * 2**30
+#: Parameters that shape the network (``_config``), not the training run; ``init`` and
+#: ``sample_every`` are the job's own.
+ARCHITECTURE_PARAMS = ("ffn", "experts", "conditional_routing", "promoe_activation", "groups", "dim", "depth", "heads")
 
 
 def _config(p: dict[str, Any]) -> dict[str, Any]:
@@ -185,6 +192,20 @@ def _build(params: dict[str, Any], inputs: dict[str, Any], device: Any) -> Any:
     return VideoDiT(**_config(params)).to(device)
 
 
+def _train_config(params: dict[str, Any]) -> TrainConfig:
+    """The training run: the spec's values, one attention pattern, and a warm-up of a tenth of the steps."""
+    from mlcore.video.pipeline import TrainConfig
+
+    return bind(
+        TrainConfig,
+        params,
+        rename={"resolution": "size", "attention": "attention_modes"},
+        convert={"attention": lambda mode: (mode,)},
+        skip=(*ARCHITECTURE_PARAMS, "init", "sample_every"),
+        warmup=min(100, params["steps"] // 10),
+    )
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
@@ -192,7 +213,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     from mlcore.video.dit import AuxLosses, activated_ffn_parameters, parameter_count
     from mlcore.video.media import write_gif, write_strip
     from mlcore.video.memory import estimate_memory_bytes
-    from mlcore.video.pipeline import TrainConfig, generate, heldout_loss, make_optimiser, train
+    from mlcore.video.pipeline import generate, heldout_loss, make_optimiser, train
 
     model = _build(params, inputs, ctx.device)
     config = dict(model.config)
@@ -206,17 +227,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     )
     if need * config["depth"] * 1.5 > MAX_MEMORY_BYTES:
         raise JobError("This model, batch and clip size need more memory than a worker has; shrink one of them.")
-    train_config = TrainConfig(
-        steps=params["steps"],
-        batch_size=params["batch_size"],
-        lr=params["lr"],
-        warmup=min(100, params["steps"] // 10),
-        contrastive_weight=params["contrastive_weight"],
-        frames=frames,
-        size=size,
-        seed=params["seed"],
-        attention_modes=(params["attention"],),
-    )
+    train_config = _train_config(params)
     ctx.log(
         f"VideoDiT {config['ffn']} FFN, {config['attention']} attention, "
         f"width {config['dim']}, depth {config['depth']}: "

@@ -11,10 +11,14 @@ import csv
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Bool, Estimate, Int, JobContext, JobError, JobSpec, Model, Multi, Seed
+from mlcore.jobs.binding import bind
+
+if TYPE_CHECKING:
+    from mlcore.watermark.robustness import SuiteConfig
 
 ATTACKS = (
     "jpeg-90",
@@ -160,12 +164,29 @@ spec = JobSpec(
 )
 
 
+def _suite_config(params: dict[str, Any]) -> SuiteConfig:
+    """The suite: the spec's counts, plus the sizes derived from them (the averaging attack also at
+    10 images, query images only when there is a query budget, a quarter of the clean images for
+    the baseline's threshold, at most 500)."""
+    from mlcore.watermark.robustness import SuiteConfig
+
+    return bind(
+        SuiteConfig,
+        params,
+        rename={"images": "watermarked", "clean_images": "clean"},
+        convert={"attacks": tuple, "averaging": lambda most: tuple(n for n in (10, most) if 0 < n <= most)},
+        skip=("model",),
+        query_images=min(16, params["images"]) if params["query_budget"] else 0,
+        baseline_clean=min(500, params["clean_images"] // 4),
+    )
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     from PIL import Image
 
     from mlcore.watermark.generator import GeneratorError
     from mlcore.watermark.pipeline import load_bundle
-    from mlcore.watermark.robustness import SuiteConfig, run_suite
+    from mlcore.watermark.robustness import run_suite
 
     if "model" not in inputs:
         raise JobError("Pick a generator with markers (e.g. zoo:molm-tiny).")
@@ -174,18 +195,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         bundle = load_bundle(Path(inputs["model"]))
     except GeneratorError as exc:
         raise JobError(f"Model: {exc}.") from None
-    config = SuiteConfig(
-        watermarked=params["images"],
-        clean=params["clean_images"],
-        keys=params["keys"],
-        attacks=tuple(params["attacks"]),
-        averaging=tuple(n for n in (10, params["averaging"]) if 0 < n <= params["averaging"]),
-        query_budget=params["query_budget"],
-        query_images=min(16, params["images"]) if params["query_budget"] else 0,
-        baseline=params["baseline"],
-        baseline_clean=min(500, params["clean_images"] // 4),
-        seed=params["seed"],
-    )
+    config = _suite_config(params)
     result = run_suite(bundle, config, progress=ctx.progress, cancelled=ctx.cancelled)
     ctx.raise_if_cancelled()
     for name, t in result.thresholds.items():

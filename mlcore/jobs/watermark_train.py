@@ -14,10 +14,14 @@ import json
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import VEGA_LITE
 from mlcore.jobs import Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Seed
+from mlcore.jobs.binding import bind
+
+if TYPE_CHECKING:
+    from mlcore.watermark.train import MolmConfig
 
 MIN_BITS_HELP = "At least 48 bits: 28 cannot reach a low false-positive rate among many keys."
 
@@ -125,12 +129,29 @@ spec = JobSpec(
 )
 
 
+def _molm_config(params: dict[str, Any]) -> MolmConfig:
+    """MOLM's training: the spec's values; the extractor learns at a third of the adapters' rate, and
+    the evaluation interval and latent pool grow with the run."""
+    from mlcore.watermark.train import MolmConfig
+
+    return bind(
+        MolmConfig,
+        params,
+        rename={"adapters": "num_adapters", "lr": "lr_markers"},
+        convert={"adapters": int},
+        skip=("generator",),
+        lr_extractor=params["lr"] / 3,
+        eval_every=max(10, params["steps"] // 30),
+        pool=min(2048, max(256, params["batch_size"] * 32)),
+    )
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
     from mlcore.watermark.generator import GeneratorError, load_generator
     from mlcore.watermark.pipeline import MIN_KEY_BITS
-    from mlcore.watermark.train import MolmConfig, save_molm, train_molm
+    from mlcore.watermark.train import save_molm, train_molm
 
     if "generator" not in inputs:
         raise JobError("Pick a generator (e.g. zoo:molm-tiny) or a diffusers VAE directory.")
@@ -155,21 +176,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
             f"keys on this decoder; at least {MIN_KEY_BITS} are needed. Choose a larger P."
         )
     torch.manual_seed(params["seed"])
-    config = MolmConfig(
-        num_adapters=int(params["adapters"]),
-        rank=params["rank"],
-        steps=params["steps"],
-        batch_size=params["batch_size"],
-        lam=params["lam"],
-        lr_markers=params["lr"],
-        lr_extractor=params["lr"] / 3,
-        key_only_fraction=params["key_only_fraction"],
-        aug_p=params["aug_p"],
-        init_scale=params["init_scale"],
-        seed=params["seed"],
-        eval_every=max(10, params["steps"] // 30),
-        pool=min(2048, max(256, params["batch_size"] * 32)),
-    )
+    config = _molm_config(params)
     ctx.log(
         f"{slots} routed convolutions × P = {config.num_adapters} → {bits}-bit keys; rank {config.rank}; "
         f"{config.steps} steps of {config.batch_size}; λ → {config.lam:g}"

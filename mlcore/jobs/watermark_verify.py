@@ -1,4 +1,4 @@
-"""``watermark-verify``: is each image marked by a registered key, and by whom? (MOLM, issue 6)
+"""``watermark-verify``: is each image marked by a registered key, and by whom? (MOLM, ICLR 2026)
 
 One image, several, or a zip of them → per image a verdict — detected, inconclusive (between the
 detection threshold and a looser "suspicious" one) or not detected — at the configured

@@ -23,13 +23,15 @@ import torch
 from mlcore.mixture.problem import MixtureProblem
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FastMixConfig:
     steps: int = 300
     batch_per_source: int = 16
     lr: float = 3e-3  # η, the inner learning rate
-    lr_z: float = 0.01
-    interval: int = 20  # T
+    #: The outer learning rate and T have no default: the reference's 0.01 and the data-mixture
+    #: job's 0.1 differ by design, so every caller says which it means.
+    lr_z: float
+    interval: int  # T
     entropy: float = 0.0
     full_gradients: bool = False
 

@@ -122,13 +122,15 @@ def collate(
     return points, labels.to(device), allowed.to(device)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     datasets: tuple[str, ...] = ("A", "B", "C", "D")
     steps: int = 300
     batch_size: int = 4  #: samples (crops) per step
     points: int = 2048  #: max points per crop
-    scenes: int = 24  #: training scans per dataset, generated once and re-cropped every step
+    #: Training scans per dataset, generated once and re-cropped every step. No default: the job's
+    #: spec, the zoo recipes and the benchmark tiers each give their own.
+    scenes: int
     lr: float = 3e-3
     weight_decay: float = 0.05
     warmup: float = 0.05  #: fraction of steps

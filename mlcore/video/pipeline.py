@@ -36,10 +36,11 @@ from mlcore.video.dit import AuxLosses, VideoDiT
 HELDOUT_T: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainConfig:
     steps: int = 1000
-    batch_size: int = 32
+    #: No default: the video-train job's spec, the zoo recipe and the benchmark each give their own.
+    batch_size: int
     lr: float = 1e-3
     warmup: int = 50
     weight_decay: float = 0.0

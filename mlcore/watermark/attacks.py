@@ -1,4 +1,4 @@
-"""The robustness suite (WAVES-style; issue 6): distortions, regeneration, averaging, forgery, queries.
+"""The robustness suite (WAVES-style): distortions, regeneration, averaging, forgery, queries.
 
 Every *image* attack maps (n, H, W, 3) uint8 → (n, H, W, 3) uint8 with fixed, named settings, so a
 result row means the same thing in every job and benchmark. They act on 8-bit images (what a

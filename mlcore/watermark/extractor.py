@@ -7,7 +7,7 @@ survives into the bit logits. Images enter as RGB in [-1, 1] (the VAE's output r
 ``image_size``; :meth:`Extractor.decode` converts any PIL image (mode, size) the same way the
 training images were seen, so the portal, the verify queue and the jobs all read bits alike.
 
-**Why a linear read-out** (``linear_readout=True``, the zoo's setting; issue 6's diagnosis): on its
+**Why a linear read-out** (``linear_readout=True``, the zoo's setting): on its
 own the CNN did not learn even 48 *fixed* additive ±patterns at 36 dB PSNR within 160 steps — the
 content dominates its activations and the strided bottleneck must discover each template. A linear
 layer over the high-passed pixels is the matched filter for such patterns and learns them in tens of

@@ -14,7 +14,7 @@ The adapters never touch the decoder's weights: they are forward hooks on its ``
 active only inside :meth:`Markers.keyed`, so the frozen decoder stays byte-identical (and a real
 diffusers VAE directory works unchanged) and "adapters off" reproduces it exactly.
 
-**Why a bias shift** (``shift_scale``; issue 6). The low-rank term B_s A_s x is linear in the
+**Why a bias shift** (``shift_scale``). The low-rank term B_s A_s x is linear in the
 activation x, so the image change one key bit causes depends on the image: on the zoo VAE the
 signed change of flipping a bit has a mean cosine of only 0.02–0.05 between two images, i.e. every
 image carries its bits along a different direction, and an extractor trained against it stayed at

@@ -42,7 +42,7 @@ from mlcore.watermark.quality import imperceptibility, psnr, ssim
 Log = Callable[[dict[str, Any]], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MolmConfig:
     num_adapters: int = 8  # P: log2(P) bits per slot
     rank: int = 8
@@ -51,7 +51,7 @@ class MolmConfig:
     bitwise_init: bool = True  # one ±direction per key bit at initialisation; see Markers
     shift_scale: float | None = None  # per-adapter bias shifts (content-independent part); see Markers
     linear_readout: bool = False  # the extractor's matched-filter path; see Extractor
-    steps: int = 900
+    steps: int  # no default: the watermark-train job's spec, the zoo recipe and the benchmark each give theirs
     batch_size: int = 16
     lr_markers: float = 3e-3
     lr_extractor: float = 1e-3

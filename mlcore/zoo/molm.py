@@ -59,7 +59,7 @@ class MolmRecipe:
             "num_adapters": 8,
             "rank": 8,
             "steps": 4000,
-            # Issue 6's fix: a content-independent bias shift per adapter (W1's weight-only adapters
+            # The fix for chance-level training: a content-independent bias shift per adapter (W1's weight-only adapters
             # gave every image its own, uncorrelated perturbation per bit: chance after 2,400 steps)
             # and the extractor's matched-filter read-out. λ turns on early: at λ = 0 the markers
             # only grow (10 dB in W1's run), which the imperceptibility loss then has to undo.

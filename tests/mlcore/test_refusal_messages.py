@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from mlcore.jobs.sniff import MAX_ARCHIVE_MEMBERS, unpack
 from mlcore.jobs.spec import JobError
+from mlcore.sniff import MAX_ARCHIVE_MEMBERS, unpack
 from mlcore.uploads import MAX_SAFETENSORS_HEADER, safetensors_header
 from mlcore.watermark.image_size import declared_size
 from mlcore.watermark.verification import DEFAULT_MAX_PIXELS, BadImage, open_image

@@ -1,5 +1,5 @@
 """The canary: a watermark key registered in one team, whose every trace is looked for in what the
-members of another team can see (issue 19, point 3; ``docs/security.md``).
+members of another team can see (``docs/security.md``).
 
 Three parts, usable apart:
 
@@ -250,7 +250,7 @@ SMALLEST: dict[str, dict[str, Any]] = {
     },
     "router-align": {"pretrain_steps": 10, "train_examples": 32, "test_examples": 32, "epochs": 1, "oracle_steps": 1},
     "graph-ood": {"graphs": 60, "epochs": 1, "hidden": 8, "batch_size": 4, "methods": ["erm"], "layers": 1},
-    # The attack path of issue 19: random images (uploaded, see UPLOADS) against every registered
+    # The attack path: random images (uploaded, see UPLOADS) against every registered
     # key, not the sample's demo image set and demo keyring.
     "watermark-verify": {"image_set": None, "keyring": None},
     # 8 adapters is the fewest that give the extractor's 48 bits; 1 step of 2 images.

@@ -112,5 +112,7 @@ def test_two_workers_on_different_queues_each_receive_their_own_messages(tmp_pat
                 connection.drain_events(timeout=0.5)
             except TimeoutError:
                 break
+    # Every message reaches the worker of its queue and no other; the file-system transport orders
+    # messages published within one clock tick by a random file name, so the order is not asserted.
     assert sorted(received["jobs"]) == sorted((q, n) for q in ("gpu", "cpu") for n in range(3))
-    assert received["verify"] == [("verify", n) for n in range(3)]
+    assert sorted(received["verify"]) == [("verify", n) for n in range(3)]

@@ -1,4 +1,4 @@
-"""The generic leak test (issue 19, point 3; ``docs/security.md``): a canary key is registered in
+"""The generic leak test (``docs/security.md``): a canary key is registered in
 one team; a member of another team runs every job kind in the registry at its smallest settings on
 a real worker; nothing that member can read — artifacts (zips unpacked), metrics, charts, the log,
 the summary line, provenance, the job page and its fragments, chart and artifact downloads, the JSON
@@ -135,7 +135,7 @@ def test_every_smallest_setting_names_a_real_kind_and_parameter_and_validates() 
 
 # -- the leak test -----------------------------------------------------------------------------
 
-#: Issue 19 asks for the whole test under 3 minutes on 2 cores. Measured: 40-71 s on a quiet machine
+#: The whole test should take under 3 minutes on 2 cores. Measured: 40-71 s on a quiet machine
 #: (compress-moe 16-26 s, watermark-robustness 5-18 s: its floor is 1,000 clean images), 229 s with
 #: the same 2 cores shared with four other test runs. Each job may take this long before the test fails.
 JOB_TIMEOUT = 150
@@ -190,7 +190,7 @@ def test_no_job_kind_shows_another_teams_key_to_a_member_of_this_team(celery_wor
     for job in submitted:
         wait_for_status(job, Job.Status.SUCCEEDED, Job.Status.FAILED, Job.Status.CANCELLED, timeout=JOB_TIMEOUT)
         timings[job.kind] = (job.finished_at - job.started_at).total_seconds()
-    # Issue 19 wants this under 3 minutes on 2 cores; not asserted (shared CI machines), printed for -s.
+    # It should take under 3 minutes on 2 cores; not asserted (shared CI machines), printed for -s.
     slowest = sorted(timings.items(), key=lambda t: -t[1])
     print(f"jobs done after {time.monotonic() - started:.0f} s; by kind: {slowest}")
     failed = {job.kind: job.error for job in submitted if job.status != Job.Status.SUCCEEDED}

@@ -1,4 +1,4 @@
-"""No unsealed key reaches a disk (issue 19, point 2): after a ``watermark-verify`` job on a real
+"""No unsealed key reaches a disk: after a ``watermark-verify`` job on a real
 worker ends — succeeded, or failed on a corrupt image after its keyring was resolved — no file in the
 temporary folder, the worker's caches or the media storage holds any registered key's bits, in any
 encoding the leak test knows (``tests/webapp/canary.py``)."""

@@ -57,7 +57,7 @@ def bench(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def api_reference(request: HttpRequest) -> HttpResponse:
-    from webapp.jobs.api import api
+    from webapp.api import api
 
     schema = api.get_openapi_schema()
     context = {

@@ -1,6 +1,7 @@
-"""The JSON API at ``/api/v1/`` (django-ninja): the same services and selectors as the pages,
-authenticated by per-user bearer tokens. The OpenAPI document is generated from this module
-(``/api/v1/openapi.json``) and checked with schemathesis in the tests.
+"""The jobs' part of the JSON API at ``/api/v1/`` (django-ninja): the same services and selectors
+as the pages. The API's root, its bearer tokens and the error rules every endpoint shares are in
+:mod:`webapp.api`, which mounts :data:`router` and calls :func:`install`; the OpenAPI document
+(``/api/v1/openapi.json``) is generated from the endpoints and checked with schemathesis in the tests.
 
 The contract with ``moelab submit`` (``mlcore/jobs/cli.py``): ``POST /jobs`` takes a multipart
 body with ``kind``, optional ``team`` (a slug; default: the caller's first team), ``params``
@@ -11,53 +12,28 @@ body with ``kind``, optional ``team`` (a slug; default: the caller's first team)
 from __future__ import annotations
 
 import json
-import logging
-import secrets
 import uuid
 from datetime import datetime
 from typing import Any, Literal
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.urls import reverse
-from ninja import Form, NinjaAPI, Query, Schema
+from ninja import Form, NinjaAPI, Query, Router, Schema
 from ninja import Status as HttpStatus
-from ninja.errors import ValidationError as NinjaValidationError
-from ninja.security import HttpBearer
 from pydantic import Field
 
 from mlcore.jobs.registry import all_kinds
 from webapp.accounts.models import Team
 from webapp.accounts.selectors import membership_for, teams_for_user
-from webapp.accounts.services import user_for_api_token
 from webapp.jobs import selectors, services
 from webapp.jobs.downloads import artifact_response
 from webapp.jobs.models import Job, JobArtifact
-from webapp.library import api as library_api
-from webapp.portal.ratelimit import client_ip
+from webapp.security import client_ip
 
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-log = logging.getLogger(__name__)
-
-
-class ApiTokenAuth(HttpBearer):
-    """``Authorization: Bearer <token>``; tokens are created on the API tokens page and stored hashed."""
-
-    def authenticate(self, request: HttpRequest, token: str) -> AbstractBaseUser | None:
-        return user_for_api_token(token)
-
-
-api = NinjaAPI(
-    title="MoE Lab API",
-    version="1",
-    description=(
-        "Submit and follow MoE Lab jobs. Authenticate with `Authorization: Bearer <token>` "
-        "(create a token on the API tokens page). The same API drives `moelab submit`."
-    ),
-    urls_namespace="api",
-    auth=ApiTokenAuth(),
-)
+#: Mounted at the API's root (``/api/v1/kinds``, ``/api/v1/jobs``, ...) by :mod:`webapp.api`.
+router = Router()
 
 
 # -- schemas -----------------------------------------------------------------------------------
@@ -186,65 +162,24 @@ def _team(request: HttpRequest, slug: str | None, *, write: bool = False) -> Tea
     return membership.team
 
 
-# -- errors: every error is {"detail": ...} so clients need one parser ---------------------------------
-
-
-@api.exception_handler(services.SubmitError)
-def _submit_error(request: HttpRequest, exc: services.SubmitError) -> HttpResponse:
-    detail = [{"field": name, "message": message} for name, message in exc.errors]
-    return api.create_response(request, {"detail": detail}, status=422)
-
-
-@api.exception_handler(NinjaValidationError)
-def _validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
-    detail = [
-        {
-            "field": ".".join(str(part) for part in error.get("loc", ())[1:]) or "__all__",
-            "message": error.get("msg", ""),
-        }
-        for error in exc.errors
-    ]
-    return api.create_response(request, {"detail": detail}, status=422)
-
-
-@api.exception_handler(PermissionDenied)
-def _forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
-    return api.create_response(request, {"detail": str(exc) or "Not allowed."}, status=403)
-
-
-@api.exception_handler(services.JobStateError)
-def _conflict(request: HttpRequest, exc: services.JobStateError) -> HttpResponse:
-    return api.create_response(request, {"detail": str(exc)}, status=409)
-
-
-@api.exception_handler(Exception)
-def _internal_error(request: HttpRequest, exc: Exception) -> HttpResponse:
-    """Anything unexpected: a reference id for the client, the traceback in the log for staff.
-    (Left to django-ninja, a DEBUG server would answer with the traceback itself.)"""
-    reference = secrets.token_hex(4)
-    log.error("API %s %s: internal error (reference %s)", request.method, request.path, reference, exc_info=exc)
-    detail = f"Internal error (reference {reference}): the request failed on our side; the staff have the details."
-    return api.create_response(request, {"detail": detail}, status=500)
-
-
 # -- endpoints ---------------------------------------------------------------------------------
 
 ERRORS = {401: ErrorOut, 404: ErrorOut, 422: ErrorOut}
 
 
-@api.get("/kinds", response={200: list[dict[str, Any]], 401: ErrorOut}, summary="Job kinds and their parameters")
+@router.get("/kinds", response={200: list[dict[str, Any]], 401: ErrorOut}, summary="Job kinds and their parameters")
 def list_kinds(request: HttpRequest) -> list[dict[str, Any]]:
     """Each kind's ``spec.describe()``: what ``params`` may hold and which files it takes."""
     return [kind.spec.describe() for kind in all_kinds()]
 
 
-@api.get("/teams", response={200: list[TeamOut], 401: ErrorOut}, summary="Your teams")
+@router.get("/teams", response={200: list[TeamOut], 401: ErrorOut}, summary="Your teams")
 def list_teams(request: HttpRequest) -> list[dict[str, Any]]:
     teams = teams_for_user(request.auth)
     return [{"slug": t.slug, "name": t.name, "role": membership_for(request.auth, t.slug).role} for t in teams]
 
 
-@api.post(
+@router.post(
     "/jobs",
     response={201: JobOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut},
     summary="Submit a job",
@@ -295,7 +230,7 @@ def create_job(
     return HttpStatus(201, _full(request, job))
 
 
-@api.get("/jobs", response={200: JobPageOut, **ERRORS}, summary="List a team's jobs, newest first")
+@router.get("/jobs", response={200: JobPageOut, **ERRORS}, summary="List a team's jobs, newest first")
 def list_jobs(
     request: HttpRequest,
     team: str | None = None,
@@ -312,12 +247,12 @@ def list_jobs(
     return {"count": count, "page": page, "page_size": page_size, "items": items}
 
 
-@api.get("/jobs/{job_id}", response={200: JobOut, **ERRORS}, summary="A job's state and results")
+@router.get("/jobs/{job_id}", response={200: JobOut, **ERRORS}, summary="A job's state and results")
 def get_job(request: HttpRequest, job_id: uuid.UUID) -> dict[str, Any]:
     return _full(request, selectors.job_for_user(request.auth, job_id))
 
 
-@api.post(
+@router.post(
     "/jobs/{job_id}/cancel",
     response={200: JobOut, 403: ErrorOut, 409: ErrorOut, **ERRORS},
     summary="Cancel a queued or running job",
@@ -328,13 +263,13 @@ def cancel_job(request: HttpRequest, job_id: uuid.UUID) -> dict[str, Any]:
     return _full(request, services.job_cancel(job=job, user=request.auth))
 
 
-@api.get("/jobs/{job_id}/artifacts", response={200: list[ArtifactOut], **ERRORS}, summary="A job's files")
+@router.get("/jobs/{job_id}/artifacts", response={200: list[ArtifactOut], **ERRORS}, summary="A job's files")
 def list_artifacts(request: HttpRequest, job_id: uuid.UUID) -> list[dict[str, Any]]:
     job = selectors.job_for_user(request.auth, job_id)
     return [_artifact(request, item) for item in selectors.artifacts_of(job)]
 
 
-@api.get(
+@router.get(
     "/jobs/{job_id}/artifacts/{path:name}",
     response={**ERRORS},
     url_name="job_artifact",
@@ -352,4 +287,16 @@ def download_artifact(request: HttpRequest, job_id: uuid.UUID, name: str) -> Fil
     return artifact_response(selectors.artifact_for_user(request.auth, job_id, name), download=True)
 
 
-library_api.install(api)
+def install(api: NinjaAPI) -> None:
+    """Mount the jobs' endpoints at the root with their error rules: a refused submission is 422 with
+    one message per field, an action the job's state refuses (cancel a finished job) is 409."""
+    api.add_router("", router)
+
+    @api.exception_handler(services.SubmitError)
+    def _submit_error(request: HttpRequest, exc: services.SubmitError) -> HttpResponse:
+        detail = [{"field": name, "message": message} for name, message in exc.errors]
+        return api.create_response(request, {"detail": detail}, status=422)
+
+    @api.exception_handler(services.JobStateError)
+    def _conflict(request: HttpRequest, exc: services.JobStateError) -> HttpResponse:
+        return api.create_response(request, {"detail": str(exc)}, status=409)

@@ -15,11 +15,12 @@ from typing import Any
 from django.http import QueryDict
 from django.template.defaultfilters import filesizeformat
 
+from mlcore.items.registry import platform_references
 from mlcore.jobs.params import REFERENCE_TYPES, Bool, File, Float, Int, Key, Multi, Numbers, Param, Seed, Text
 from mlcore.jobs.references import builtin_items
 from mlcore.jobs.spec import JobSpec
 from webapp.accounts.models import Team
-from webapp.library.selectors import picker_items
+from webapp.jobs.references import options_for
 
 #: Extensions for the file picker's ``accept`` hint (the server sniffs content; this only filters the dialog).
 _EXTENSIONS: dict[str, tuple[str, ...]] = {
@@ -83,30 +84,20 @@ def _bounds(param: Int | Float | Numbers) -> str:
 
 
 def _reference_options(param: Param, team: Team | None) -> list[tuple[str, str]]:
-    """The team's ready library items that the parameter accepts, then the built-in (zoo) ones."""
+    """The references the platform builds for a kind the parameter accepts (the keyring), the team's
+    ready library items that it accepts, then the built-in (zoo) ones."""
     accepts = getattr(param, "accepts", ())
     items = [item for item in builtin_items().values() if not accepts or item.kind in accepts]
-    library = (
-        [] if team is None else [(i.reference, f"{i.name} ({i.kind}, library)") for i in picker_items(team, accepts)]
-    )
+    library = [] if team is None else options_for(param, team)
     builtin = [(f"zoo:{i.name}", f"{i.title} ({i.kind})") for i in sorted(items, key=lambda i: i.title)]
-    # The platform's keyring is not an item of anyone's library: it is every registered key, built
-    # for the worker by the resolver.
-    platform = (
-        [("keyring:platform", "Every registered key (the platform's keyring)")]
-        if "watermark-keyring" in accepts
-        else []
-    )
+    # Not an item of anyone's library (every registered key, for the keyring): declared by its item kind.
+    platform = [(ref.reference, ref.label) for ref in platform_references(accepts)]
     return platform + library + builtin
 
 
-def _key_options(team: Team | None) -> list[tuple[str, str]]:
-    """The team's active watermark keys (revoked keys cannot mark new images)."""
-    if team is None:
-        return []
-    from webapp.portal.selectors import keys_for_team
-
-    return [(key.reference, f"{key.name} ({key.num_bits} bits)") for key in keys_for_team(team).filter(revoked_at=None)]
+def _key_options(param: Key, team: Team | None) -> list[tuple[str, str]]:
+    """The team's active watermark keys, as the portal's source lists them."""
+    return [] if team is None else options_for(param, team)
 
 
 def _file_hint(param: File) -> tuple[str, str]:
@@ -142,7 +133,7 @@ def build_field(param: Param, value: Any, team: Team | None = None) -> FieldView
         view.widget = "textarea" if param.multiline else "text"
         view.attrs = {"maxlength": param.max_length}
     elif isinstance(param, Key):
-        view.options = _key_options(team)
+        view.options = _key_options(param, team)
         view.widget = "select" if view.options else "text"
         if not view.options:
             view.constraints = "your team has no active watermark key yet: create one under Keys"

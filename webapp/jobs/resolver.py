@@ -1,16 +1,17 @@
-"""The platform's reference resolver: ``zoo:NAME`` items are built into the worker's cache;
-``library:ID`` names a ready item of the submitting team's library, fetched by sha256 into the
-worker's bounded cache (``webapp.library.storage.local_copy``).
+"""The platform's reference resolver: ``zoo:NAME`` items are built into the worker's cache; every
+other reference goes to the source an app registered for it (:mod:`webapp.jobs.references`):
+``library:ID`` to the library (a ready item of the submitting team's library, fetched by sha256
+into the worker's bounded cache), watermark keys and ``keyring:platform`` to the portal.
 
-Watermark keys (``webapp.portal``): a ``key`` parameter names one of the submitting team's keys
-(``key:ID`` or ``ID``, ID the key's opaque id) and reaches the job as a key file
-``{"id", "name", "bits"}``; a dataset that accepts ``watermark-keyring`` may name
-``keyring:platform``, every registered key with the team's own marked ``own``, which reaches the job
-as a keyring file (``mlcore.watermark.keys``). Unsealed bits never touch a disk: on Linux each file
-is an anonymous memory file (``memfd_create``) that the job reads as ``/proc/self/fd/N``; it is gone
-when :meth:`PlatformResolver.close` closes it at the end of the job, and with the process if the
-worker is killed (even by SIGKILL). Elsewhere a 0600 file in the job's scratch folder, removed by
-``close`` (and with the folder).
+A ``key`` parameter names one of the submitting team's keys (``key:ID`` or ``ID``, ID the key's
+opaque id) and reaches the job as a key file ``{"id", "name", "bits"}``; a dataset that accepts
+``watermark-keyring`` may name ``keyring:platform``, every registered key with the team's own marked
+``own``, which reaches the job as a keyring file (``mlcore.watermark.keys``). Unsealed bits never
+touch a disk: sources write them through :meth:`PlatformResolver._secret`, on Linux an anonymous
+memory file (``memfd_create``) that the job reads as ``/proc/self/fd/N``; it is gone when
+:meth:`PlatformResolver.close` closes it at the end of the job, and with the process if the worker is
+killed (even by SIGKILL). Elsewhere a 0600 file in the job's scratch folder, removed by ``close``
+(and with the folder).
 """
 
 from __future__ import annotations
@@ -26,38 +27,19 @@ from types import TracebackType
 
 from mlcore.catalog import materialize
 from mlcore.jobs.params import Dataset, Key, Model
-from mlcore.jobs.references import KEYRING_PREFIX, builtin_for
+from mlcore.jobs.references import builtin_for
 from mlcore.jobs.spec import JobError
 from webapp.accounts.models import Team
-
-PLATFORM_KEYRING = "keyring:platform"
-
-
-def _check_keyring(param: Model | Dataset | Key, reference: str) -> None:
-    if not isinstance(param, Dataset) or "watermark-keyring" not in param.accepts:
-        raise JobError(f"{param.title}: {reference!r} is a watermark keyring; this field does not take one.")
-    if reference != PLATFORM_KEYRING:
-        raise JobError(f"{param.title}: the only keyring is {PLATFORM_KEYRING!r} (every registered key).")
+from webapp.jobs import references
 
 
 def check_reference(param: Model | Dataset | Key, reference: str, *, team: Team | int | None = None) -> None:
     """Refuse, at submission, a reference that no worker could resolve (without building anything)."""
-    if isinstance(param, Key):
-        from webapp.portal.selectors import key_for_job
-
-        key_for_job(team, param, reference)
+    source = references.source_for(param, reference)
+    if source is not None:
+        source.check(param, reference, team)
         return
-    if reference.startswith(KEYRING_PREFIX):
-        _check_keyring(param, reference)
-        return
-    if builtin_for(param, reference) is not None:
-        return
-    if reference.startswith("library:"):
-        if team is None:
-            raise JobError(f"{param.title}: library items need a team; submit through the platform.")
-        from webapp.library.selectors import item_for_reference
-
-        item_for_reference(team, param, reference)
+    if not isinstance(param, Key) and builtin_for(param, reference) is not None:
         return
     raise JobError(f"{param.title}: {reference!r} is not a built-in item; pick one from the list.")
 
@@ -138,21 +120,10 @@ class PlatformResolver:
 
     def resolve(self, param: Model | Dataset | Key, reference: str) -> Path:
         check_reference(param, reference, team=self.team)
-        if isinstance(param, Key):
-            from webapp.portal.selectors import key_for_job
-            from webapp.portal.services import key_file_bytes
-
-            return self._secret("key.json", key_file_bytes(key_for_job(self.team, param, reference)))
-        if reference.startswith(KEYRING_PREFIX):
-            from webapp.portal.services import keyring_bytes
-
-            return self._secret("keyring.json", keyring_bytes(self.team_id))
-        if reference.startswith("library:"):
-            from webapp.library.selectors import item_for_reference
-            from webapp.library.storage import local_copy
-
-            assert self.team is not None  # check_reference refused a library item without a team
-            return local_copy(item_for_reference(self.team, param, reference))
+        source = references.source_for(param, reference)
+        if source is not None:
+            return source.fetch(param, reference, self.team, self._secret)
+        assert not isinstance(param, Key)  # the portal's source claims every key parameter
         item = builtin_for(param, reference)
         assert item is not None  # check_reference refused everything else
         return materialize(item, self.cache)

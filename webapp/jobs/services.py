@@ -21,15 +21,16 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
 
-from mlcore.jobs import runner, sniff
+from mlcore import sniff
+from mlcore.jobs import runner
 from mlcore.jobs.params import REFERENCE_TYPES
 from mlcore.jobs.registry import Kind, UnknownKind, get_kind
 from mlcore.jobs.spec import JobError, ValidationError
 from webapp.accounts.models import Membership, Team
 from webapp.jobs import queue, storage
 from webapp.jobs.models import Job, JobInput
+from webapp.jobs.references import record_submitted
 from webapp.jobs.resolver import check_reference
-from webapp.library.services import record_uses
 
 FieldErrors = list[tuple[str, str]]
 
@@ -208,7 +209,7 @@ def job_submit(
         paths = _check_files(job_kind, files or {}, scratch)
         with transaction.atomic():
             job = _create(team=team, user=user, kind=job_kind, params=params, address=address)
-            record_uses(job=job, kind=job_kind, params=params)
+            record_submitted(job, job_kind, params)
             for name, uploads in (files or {}).items():
                 for upload, path in zip(uploads, paths.get(name, [])):
                     _save_input(job, name, path, upload.name or path.name)
@@ -254,7 +255,7 @@ def job_rerun(
     params = _clean_params(kind, job.params if raw_params is None else raw_params, team=job.team)
     with transaction.atomic():
         clone = _create(team=job.team, user=user, kind=kind, params=params, rerun_of=job, address=address)
-        record_uses(job=clone, kind=kind, params=params)
+        record_submitted(clone, kind, params)
         for item in job.inputs.all():
             # A copy, not a shared reference: deleting the old job must not take the new one's inputs.
             copy = JobInput(

@@ -26,7 +26,7 @@ from webapp.jobs import charts, selectors, services, storage
 from webapp.jobs.downloads import artifact_response
 from webapp.jobs.forms import SpecForm
 from webapp.jobs.models import Job, JobArtifact
-from webapp.portal.ratelimit import client_ip
+from webapp.security import client_ip
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif")
 

@@ -18,10 +18,10 @@ from ninja import NinjaAPI, Query, Router, Schema
 from ninja import Status as HttpStatus
 from pydantic import Field
 
+from mlcore.items.registry import all_item_kinds, category_of
 from webapp.accounts.selectors import membership_for, team_for_user
 from webapp.jobs.selectors import artifact_for_user, job_for_user
 from webapp.library import selectors, services
-from webapp.library.kinds import category_of
 from webapp.library.models import ChunkedUpload, LibraryItem
 from webapp.library.storage import download_response
 
@@ -44,6 +44,14 @@ class ConflictOut(Schema):
     detail: str
     offset: int | None = Field(None, description="For uploads: the offset to resume from.")
     jobs: list[uuid.UUID] = Field(default_factory=list, description="For deletes: the jobs that use the item.")
+
+
+class ItemKindOut(Schema):
+    name: str = Field(description="What an item's kind and a parameter's accepts name.")
+    category: Literal["model", "dataset"]
+    title: str
+    summary: str
+    formats: list[str] = Field(description="What an upload may be, read from its content (zip or tar: a folder).")
 
 
 class ItemOut(Schema):
@@ -128,9 +136,16 @@ BODY_ERRORS = {400: LibraryErrorOut, **ERRORS}
 BINARY = {"description": "The stored file.", "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}}
 
 
+@router.get("/kinds", response={200: list[ItemKindOut], 401: LibraryErrorOut}, summary="The item kinds a library holds")
+def list_kinds(request: HttpRequest) -> list[dict[str, Any]]:
+    """Each kind of model and dataset a team may add (``mlcore.items``): what ``kind`` takes on upload."""
+    return [kind.describe() for kind in all_item_kinds() if kind.in_library]
+
+
 @router.get("/items", response={200: list[ItemOut], **ERRORS}, summary="A team's library items, newest first")
 def list_items(request: HttpRequest, team: str, category: Category | None = None) -> list[dict[str, Any]]:
-    """The team's own items; built-in models and datasets are ``zoo:NAME`` references (see GET /kinds)."""
+    """The team's own items; built-in models and datasets are ``zoo:NAME`` references (see GET /kinds,
+    the job kinds, for what each parameter accepts)."""
     target = membership_for(request.auth, team).team
     return [item_json(request, item) for item in selectors.items_for_team(target, category=category)]
 

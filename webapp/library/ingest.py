@@ -14,28 +14,39 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from mlcore.jobs import sniff
-from mlcore.jobs.spec import JobError
+from mlcore import sniff
+from mlcore.errors import JobError
+from mlcore.items.checks import card_for, tree_sha256, unpack_item
+from mlcore.items.registry import category_of
+from mlcore.jobs.runner import scrub_paths
+from mlcore.uploads import files_of
 from webapp.jobs.models import Job
 from webapp.library import storage
-from webapp.library.kinds import category_of
 from webapp.library.models import LibraryItem
-from webapp.library.validation import card_for, files_of, tree_sha256, unpack_item
 
 log = logging.getLogger(__name__)
+
+
+def _card(item: LibraryItem, root: Path) -> dict[str, Any]:
+    """The item kind's check and card (``mlcore.items``), its refusal safe to store for the user: the
+    check names files inside the item, and a loader may still name a folder of this worker."""
+    try:
+        return card_for(item.kind, category_of(item.kind), root)
+    except JobError as exc:
+        raise JobError(scrub_paths(str(exc))) from None
 
 
 def _validate_blob(item: LibraryItem, scratch: Path) -> dict[str, Any]:
     blob = storage.download_blob(item, scratch / "blob" / Path(item.file.name).name)
     root = unpack_item(blob, scratch / "unpacked")
-    return card_for(item.kind, category_of(item.kind), root)
+    return _card(item, root)
 
 
 def _validate_path(item: LibraryItem) -> dict[str, Any]:
     root = Path(item.worker_path)
     if not root.exists() and not root.is_symlink():
         raise JobError(f"{item.worker_path} does not exist on this worker; register a path every worker has.")
-    card = card_for(item.kind, category_of(item.kind), root)
+    card = _card(item, root)
     item.sha256 = tree_sha256(root)
     item.size = sum(p.stat().st_size for p in files_of(root))
     item.format = "directory" if root.is_dir() else sniff.sniff(root) or "unknown"

@@ -13,7 +13,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from webapp.library.kinds import ALL_KINDS
+from mlcore.items.registry import ALL_KINDS
 
 
 def item_path(instance: LibraryItem, filename: str) -> str:

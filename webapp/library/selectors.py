@@ -12,11 +12,11 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from mlcore.catalog import BuiltinItem
+from mlcore.items.registry import DATASET_KINDS, MODEL_KINDS
 from mlcore.jobs.params import Dataset, Model
 from mlcore.jobs.references import builtin_items
 from mlcore.jobs.spec import JobError
 from webapp.accounts.models import Membership, Team
-from webapp.library.kinds import DATASET_KINDS, MODEL_KINDS
 from webapp.library.models import ChunkedUpload, LibraryItem, LibraryUse
 
 CATEGORY_KINDS = {"models": MODEL_KINDS, "datasets": DATASET_KINDS}

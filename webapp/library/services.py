@@ -21,13 +21,13 @@ from django.core.files import File
 from django.db import transaction
 from django.utils import timezone
 
-from mlcore.jobs import sniff
+from mlcore import sniff
+from mlcore.items.registry import category_of
 from mlcore.jobs.params import Dataset, Model
 from mlcore.jobs.registry import Kind
 from webapp.accounts.models import Membership, Team
 from webapp.jobs.models import Job, JobArtifact
 from webapp.library import storage
-from webapp.library.kinds import category_of
 from webapp.library.models import ChunkedUpload, LibraryItem, LibraryUse
 from webapp.library.selectors import item_for_reference
 

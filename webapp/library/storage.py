@@ -12,10 +12,11 @@ from django.conf import settings
 from django.core.files import File
 from django.http import FileResponse
 
+from mlcore.items.checks import check_tree, tree_sha256, unpack_item
 from mlcore.jobs.spec import JobError
+from mlcore.uploads import files_of
 from webapp.library.cache import LibraryCache
 from webapp.library.models import LibraryItem
-from webapp.library.validation import check_tree, files_of, tree_sha256, unpack_item
 
 #: Fixed member timestamps: the same directory always zips to the same bytes, hence the same sha256.
 _EPOCH = (1980, 1, 1, 0, 0, 0)

@@ -17,11 +17,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from mlcore.items.registry import DATASET_KINDS, MODEL_KINDS
 from webapp.accounts.selectors import membership_for, team_for_user
 from webapp.accounts.views import remember_team
 from webapp.jobs.selectors import artifact_for_user, job_for_user
 from webapp.library import selectors, services
-from webapp.library.kinds import DATASET_KINDS, MODEL_KINDS
 from webapp.library.models import ChunkedUpload, LibraryItem
 from webapp.library.storage import download_response
 

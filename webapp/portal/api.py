@@ -1,5 +1,5 @@
 """The watermark JSON API at ``/api/v1/watermark/`` (django-ninja), with the same bearer tokens as
-the jobs API (``webapp.jobs.api``) and the same services as the pages.
+the jobs API (:class:`webapp.accounts.auth.ApiTokenAuth`) and the same services as the pages.
 
 ``POST /verify`` checks one image through the verify queue (rate limited per IP and bounded by the
 daily budget for other teams' keys, like the portal): the verdict for everyone, the organisation
@@ -21,9 +21,9 @@ from ninja import Status as HttpStatus
 from ninja.files import UploadedFile
 from pydantic import Field
 
+from webapp.accounts.auth import ApiTokenAuth
 from webapp.accounts.models import Team
 from webapp.accounts.selectors import membership_for, teams_for_user
-from webapp.jobs.api import ApiTokenAuth
 from webapp.portal import ratelimit, selectors, services
 from webapp.portal.models import WatermarkKey
 from webapp.portal.uploads import UploadRefused, check_upload

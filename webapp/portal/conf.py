@@ -44,11 +44,6 @@ def rate_backend() -> str:
     return chosen
 
 
-def trusted_proxy_hops() -> int:
-    """How many reverse proxies in front of us append to X-Forwarded-For (0: use REMOTE_ADDR)."""
-    return int(_get("PORTAL_TRUSTED_PROXY_HOPS", env_int("MOELAB_TRUSTED_PROXY_HOPS", 0)))
-
-
 def wait_seconds() -> float:
     """How long the web waits for the verify queue's answer before saying it is busy."""
     return float(_get("PORTAL_WAIT_SECONDS", env_int("MOELAB_PORTAL_WAIT_SECONDS", 15)))

@@ -20,6 +20,7 @@ from django.http import HttpRequest
 
 from webapp.portal import conf
 from webapp.portal.models import RateBucket
+from webapp.security import client_ip
 
 
 @dataclass(frozen=True)
@@ -108,19 +109,6 @@ def bucket() -> Bucket:
     if conf.rate_backend() == "redis":
         return _redis_bucket(settings.REDIS_URL)
     return DatabaseBucket()
-
-
-def client_ip(request: HttpRequest) -> str:
-    """REMOTE_ADDR, or with ``N`` trusted proxies the address the outermost of them saw.
-
-    Only the entries our own proxies appended to X-Forwarded-For can be trusted; a client can
-    put anything in front of them, so we count from the right.
-    """
-    hops = conf.trusted_proxy_hops()
-    forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()]
-    if hops and len(forwarded) >= hops:
-        return forwarded[-hops]
-    return request.META.get("REMOTE_ADDR", "") or "unknown"
 
 
 def take_for(request: HttpRequest, scope: str = "portal") -> Decision:

@@ -1,6 +1,6 @@
 """Which point-cloud format a file is, from its first bytes (never its name).
 
-Standard library only: :mod:`mlcore.jobs.sniff` calls :func:`upload_format` for every upload in
+Standard library only: :mod:`mlcore.sniff` calls :func:`upload_format` for every upload in
 the web process, which must stay light.
 
 =========  ==========================================================  ============
@@ -23,6 +23,9 @@ from pathlib import Path
 
 #: Upload format names (what ``File(formats=...)`` lists) for each detailed format.
 UPLOAD_NAMES = {"ply": "ply", "pcd": "pcd", "las": "las", "laz": "las", "xyz": "xyz", "xyzrgb": "xyz", "pts": "xyz"}
+#: The file names a folder's point clouds go by: how the point-cloud jobs and the library's
+#: ``pointclouds`` check find the clouds in a scene folder.
+CLOUD_SUFFIXES = (".ply", ".pcd", ".xyz", ".xyzrgb", ".pts", ".las", ".laz")
 _NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan|inf|infinity)$", re.IGNORECASE)
 LAS_POINT_FORMAT_OFFSET = 104
 
@@ -73,7 +76,7 @@ def _text_format(text: str) -> str | None:
 
 
 def upload_format(head: bytes) -> str | None:
-    """The name :mod:`mlcore.jobs.sniff` reports (``ply``, ``pcd``, ``las`` or ``xyz``), or ``None``."""
+    """The name :mod:`mlcore.sniff` reports (``ply``, ``pcd``, ``las`` or ``xyz``), or ``None``."""
     found = cloud_format(head)
     return UPLOAD_NAMES.get(found) if found else None
 

@@ -12,7 +12,7 @@ def _windows(vocab: int, seed: int = 0) -> torch.Tensor:
 def test_a_novice_outputs_its_mean_output_scaled_by_its_gate(tiny_lm):
     model = load_model(tiny_lm)
     calibration = calibrate(adapt(model), _windows(300), batch_size=3)
-    plan = make_plan("mone", adapt(model), calibration, 6)
+    plan = make_plan("mone", adapt(model), calibration, 6, scope="layer")
     _compressed, adapter = compressed_copy(model, plan)
     info = adapter.layers[0]
     novice = next(iter(plan.novices[info.index]))
@@ -32,12 +32,12 @@ def test_a_compressed_checkpoint_reloads_with_the_same_outputs(tiny_lm, tmp_path
     calibration = calibrate(adapt(model), _windows(300), batch_size=3)
     windows = _windows(300, seed=5)
     for method in ("mone", "reap"):
-        compressed, adapter = compressed_copy(model, make_plan(method, adapt(model), calibration, 5))
+        compressed, adapter = compressed_copy(model, make_plan(method, adapt(model), calibration, 5, scope="layer"))
         adapter.save(tmp_path / method)
         reloaded = load_model(tmp_path / method)
         with torch.no_grad():
             torch.testing.assert_close(reloaded(input_ids=windows).logits, compressed(input_ids=windows).logits)
     assert [info.num_experts for info in adapt(load_model(tmp_path / "reap")).layers] == [5, 5]
     assert sorted(adapt(load_model(tmp_path / "mone")).novices[0]) == sorted(
-        make_plan("mone", adapt(model), calibration, 5).novices[0]
+        make_plan("mone", adapt(model), calibration, 5, scope="layer").novices[0]
     )

@@ -33,7 +33,7 @@ GATES = [[0.9, 0.2, 0.5, 0.5], [0.5, 0.5, 0.5, 0.5]]
 
 
 def test_frequency_drops_the_least_selected_experts():
-    plan = plan_frequency(_stats_calibration(COUNTS, NORMS, GATES), 2)
+    plan = plan_frequency(_stats_calibration(COUNTS, NORMS, GATES), 2, scope="layer")
     assert plan.keep == {0: [1, 2], 1: [0, 2]}
 
 
@@ -47,21 +47,24 @@ def test_routing_score_uses_one_model_wide_threshold():
 
 def test_ean_ranks_by_the_sum_of_output_norms():
     # Σ‖E(x)‖ = count·norm: layer 0 [50 40 60 20], layer 1 [50 5 25 180].
-    plan = plan_ean(_stats_calibration(COUNTS, NORMS, GATES), 2)
+    plan = plan_ean(_stats_calibration(COUNTS, NORMS, GATES), 2, scope="layer")
     assert plan.keep == {0: [0, 2], 1: [0, 3]}
 
 
 def test_reap_ranks_by_the_mean_router_weighted_norm_and_renormalises():
     # mean g·‖E(x)‖: layer 0 [4.5 .2 1.0 .5], layer 1 [.5 .5 .5 4.5] (ties broken by index).
-    plan = plan_reap(_stats_calibration(COUNTS, NORMS, GATES), 2)
+    plan = plan_reap(_stats_calibration(COUNTS, NORMS, GATES), 2, scope="layer")
     assert plan.keep[0] == [0, 2] and 3 in plan.keep[1]
     assert plan.renormalize
 
 
 def test_random_is_reproducible_by_seed_and_differs_across_seeds():
     calibration = _stats_calibration(COUNTS, NORMS, GATES)
-    assert plan_random(calibration, 2, seed=3).keep == plan_random(calibration, 2, seed=3).keep
-    keeps = {str(plan_random(calibration, 2, seed=s).keep) for s in range(10)}
+    assert (
+        plan_random(calibration, 2, scope="layer", seed=3).keep
+        == plan_random(calibration, 2, scope="layer", seed=3).keep
+    )
+    keeps = {str(plan_random(calibration, 2, scope="layer", seed=s).keep) for s in range(10)}
     assert len(keeps) > 1
 
 

@@ -48,7 +48,7 @@ def test_the_variance_norm_option_uses_the_norm_of_the_variances():
 
 def test_mone_keeps_the_top_p_per_layer_and_makes_mean_output_novices():
     calibration, raw = _calibration()
-    plan = plan_mone(calibration, 2)
+    plan = plan_mone(calibration, 2, scope="layer")
     scores = mone_scores(calibration)
     for layer in (0, 1):
         expected = sorted(np.argsort(-scores[layer].numpy())[:2].tolist())
@@ -62,7 +62,9 @@ def test_mone_keeps_the_top_p_per_layer_and_makes_mean_output_novices():
 
 def test_mone_zero_and_mone_delete_share_mone_s_ranking():
     calibration, _ = _calibration()
-    mone, zero, delete = (plan_mone(calibration, 3, **kw) for kw in ({}, {"zero_novices": True}, {"delete": True}))
+    mone, zero, delete = (
+        plan_mone(calibration, 3, scope="layer", **kw) for kw in ({}, {"zero_novices": True}, {"delete": True})
+    )
     assert mone.keep == zero.keep == delete.keep
     assert all(float(v.abs().sum()) == 0 for layer in zero.novices.values() for v in layer.values())
     assert delete.novices == {}

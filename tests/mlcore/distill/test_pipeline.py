@@ -54,7 +54,7 @@ def test_a_student_evaluated_against_itself_has_zero_kl_and_full_agreement(teach
 def test_distillation_lowers_the_held_out_kl_and_is_reproducible(teacher, windows):
     train, heldout = windows
     before = evaluate(teacher, _student(teacher), heldout)["forward_kl"]
-    config = TrainConfig(steps=25, batch_size=4, lr=1e-2, seed=3)
+    config = TrainConfig(steps=25, batch_size=4, lr=1e-2, eval_every=0, seed=3)
     first = distill(teacher, _student(teacher), train, heldout, PRESETS["fkl"], config)
     second = distill(teacher, _student(teacher), train, heldout, PRESETS["fkl"], config)
     assert first.metrics["forward_kl"] < 0.9 * before
@@ -67,7 +67,9 @@ def test_a_step_with_a_non_finite_loss_is_skipped_and_counted(teacher, windows):
     start = [p.detach().clone() for p in student.parameters()]
     poisoned = TeacherLogits(teacher, train)
     poisoned.cache[:] = float("nan")
-    result = distill(teacher, student, train, heldout, PRESETS["amid"], TrainConfig(steps=3), targets=poisoned)
+    result = distill(
+        teacher, student, train, heldout, PRESETS["amid"], TrainConfig(steps=3, eval_every=0), targets=poisoned
+    )
     assert result.nonfinite_loss_steps == 3 and result.metrics["nonfinite_loss_steps"] == 3
     assert all(torch.equal(a, b) for a, b in zip(start, student.parameters(), strict=True))
 
@@ -81,7 +83,7 @@ def test_logits_of_other_windows_are_refused(teacher, windows):
             train,
             heldout,
             PRESETS["fkl"],
-            TrainConfig(steps=1),
+            TrainConfig(steps=1, eval_every=0),
             targets=TeacherLogits(teacher, heldout),
         )
 

@@ -105,7 +105,7 @@ def test_a_built_in_dataset_reference_resolves_to_a_directory(tmp_path):
 
 
 def test_unpacking_refuses_a_zip_slip(tmp_path):
-    from mlcore.jobs.sniff import unpack
+    from mlcore.sniff import unpack
 
     archive = tmp_path / "evil.zip"
     with zipfile.ZipFile(archive, "w") as zf:
@@ -116,7 +116,7 @@ def test_unpacking_refuses_a_zip_slip(tmp_path):
 
 
 def test_unpacking_refuses_a_symlink_in_a_tar(tmp_path):
-    from mlcore.jobs.sniff import unpack
+    from mlcore.sniff import unpack
 
     archive = tmp_path / "link.tar"
     with tarfile.open(archive, "w") as tf:
@@ -129,7 +129,7 @@ def test_unpacking_refuses_a_symlink_in_a_tar(tmp_path):
 
 
 def test_unpacking_refuses_a_decompression_bomb(tmp_path):
-    from mlcore.jobs.sniff import unpack
+    from mlcore.sniff import unpack
 
     archive = tmp_path / "bomb.zip"
     with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -139,7 +139,7 @@ def test_unpacking_refuses_a_decompression_bomb(tmp_path):
 
 
 def test_a_corrupt_zip_gets_a_clear_error(tmp_path):
-    from mlcore.jobs.sniff import unpack
+    from mlcore.sniff import unpack
 
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
@@ -151,7 +151,7 @@ def test_a_corrupt_zip_gets_a_clear_error(tmp_path):
 
 
 def test_sniffing_reads_content_not_names(tmp_path):
-    from mlcore.jobs.sniff import sniff
+    from mlcore.sniff import sniff
 
     cases = {
         "a.png": b"\x89PNG\r\n\x1a\n....",

@@ -76,6 +76,6 @@ def test_fastmix_and_doremi_train_their_proxies_on_the_problems_device():
     problem = classification_problem(seed=0)
     problem.device = "cuda"
     assert next(problem.proxy(0).parameters()).is_cuda
-    result = fastmix(problem, FastMixConfig(steps=20, interval=5), seed=0)
+    result = fastmix(problem, FastMixConfig(steps=20, lr_z=0.01, interval=5), seed=0)
     assert abs(sum(result.final) - 1) < 1e-5
     assert abs(sum(baselines.doremi_lite(problem, steps=10).weights) - 1) < 1e-5

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlcore.jobs.sniff import require_format, sniff
 from mlcore.jobs.spec import JobError
 from mlcore.pointcloud.io import read_cloud, sniff_cloud, write_ply
+from mlcore.sniff import require_format, sniff
 
 o3d = pytest.importorskip("open3d")
 laspy = pytest.importorskip("laspy")
@@ -261,7 +261,7 @@ def test_sniffing_an_upload_in_the_web_process_imports_neither_torch_nor_open3d(
 
     path = write_pcd(tmp_path / "c.pcd", ascii=False)
     code = (
-        "import sys; from pathlib import Path; from mlcore.jobs.sniff import sniff; "
+        "import sys; from pathlib import Path; from mlcore.sniff import sniff; "
         f"assert sniff(Path({str(path)!r})) == 'pcd'; "
         "heavy = [m for m in ('torch', 'open3d', 'laspy') if m in sys.modules]; assert not heavy, heavy"
     )

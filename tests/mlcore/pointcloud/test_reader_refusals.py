@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlcore.jobs.sniff import require_format
 from mlcore.jobs.spec import JobError
 from mlcore.pointcloud.io import read_cloud
 from mlcore.pointcloud.io.cloud import MAX_HEADER_BYTES
+from mlcore.sniff import require_format
 
 o3d = pytest.importorskip("open3d")
 laspy = pytest.importorskip("laspy")

@@ -48,7 +48,7 @@ def test_forward_resizes_other_image_sizes(extractor):
 
 
 def test_the_linear_readout_learns_fixed_additive_bit_patterns_within_a_hundred_steps():
-    # Issue 6's diagnosis: the CNN alone stayed at chance on 48 fixed ±patterns at ~36 dB within
+    # Why: the CNN alone stayed at chance on 48 fixed ±patterns at ~36 dB within
     # 160 steps; the matched-filter read-out is what makes such patterns learnable on a CPU budget.
     import torch.nn.functional as F
 

@@ -1,4 +1,4 @@
-"""The attack of issue 19, as a test: an outsider submits random images and solves the answers for
+"""The key-recovery attack, as a test: an outsider submits random images and solves the answers for
 another team's key by least squares. Fed what an outsider sees now (``disclose``), it recovers no
 more than chance; fed the old output format (``Match.describe`` rows), it recovers the key, so this
 test can fail if the filter is ever bypassed.

@@ -150,7 +150,7 @@ def _mean_cross_image_cosine(deltas: torch.Tensor) -> float:
 
 
 def test_bias_shifts_make_a_key_bit_change_images_the_same_way_whatever_their_content():
-    # Issue 6's diagnosis: a weight-only LoRA perturbation B·A·x scales with the content x, so one
+    # Why: a weight-only LoRA perturbation B·A·x scales with the content x, so one
     # bit's effect on the image points a different way for every image (cosine ≈ 0.02 on the zoo VAE)
     # and the extractor has no shared pattern to learn; a bias shift Δb_s adds a shared component.
     vae = tiny_vae()

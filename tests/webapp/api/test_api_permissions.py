@@ -52,7 +52,7 @@ def test_each_role_gets_what_its_role_allows(
 
 
 def test_every_job_endpoint_of_the_openapi_document_is_in_the_table(make_job: Callable[..., Job]) -> None:
-    from webapp.jobs.api import api
+    from webapp.api import api
 
     job = make_job(Job.Status.SUCCEEDED)
     checked = {(method, urlsplit(url(job)).path) for _, method, url, _, _ in CASES}

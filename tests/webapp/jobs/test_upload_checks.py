@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from mlcore.items.checks import card_for, unpack_item
 from mlcore.jobs import JobError
 from webapp.jobs.models import Job
 from webapp.jobs.services import SubmitError, job_submit, safe_message
-from webapp.library.validation import card_for, unpack_item
 
 pytestmark = pytest.mark.django_db
 

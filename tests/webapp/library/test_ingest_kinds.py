@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from mlcore.analysis.routing import LayerRouting
+from mlcore.items.registry import ALL_KINDS
 from mlcore.jobs.registry import all_kinds
 from tests.mlcore.analysis.trace_files import write_trace
 from tests.webapp.library.conftest import AddItem, zip_bytes, zip_folder
 from tests.webapp.library.test_ingest import assert_refused, stored_library_files
-from webapp.library.kinds import ALL_KINDS
 from webapp.library.models import LibraryItem
 
 pytestmark = pytest.mark.django_db

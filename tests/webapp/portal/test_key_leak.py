@@ -1,4 +1,4 @@
-"""Issue 19 on the platform: a ``watermark-verify`` job of an outsider team shows nothing of another
+"""The key leak, closed on the platform: a ``watermark-verify`` job of an outsider team shows nothing of another
 team's key; matching against other teams' keys spends a daily budget; unsealed keys never stay on
 disk; the committed demo markers cannot mark under a team key in production unless acknowledged."""
 

@@ -16,10 +16,10 @@ from django.test import Client
 from mlcore.jobs.registry import all_kinds, get_kind
 from tests.webapp.views.conftest import record_run
 from webapp.accounts.models import Team
+from webapp.api import api
 from webapp.guides import content
 from webapp.guides.markdown import render
 from webapp.jobs import services
-from webapp.jobs.api import api
 from webapp.jobs.models import Job
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from webapp.library.kinds import ALL_KINDS
+from mlcore.items.registry import ALL_KINDS
 from webapp.library.selectors import lineage_of_job
 
 register = template.Library()
