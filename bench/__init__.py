@@ -20,3 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "video": "bench.video",
     "pointcloud": "bench.pointcloud",
 }
+#: Benchmarks of the web platform: they need Django set up (``python -m bench`` does it before
+#: importing them) and a migrated database of their own, PostgreSQL and Redis, which
+#: ``scripts/bench.sh`` provides; so ``make bench`` runs them only by name (``make bench-platform``).
+DJANGO_BENCHMARKS: dict[str, str] = {"platform": "bench.platform"}

@@ -3,7 +3,7 @@
 Tier A: six classification sources sharing one concept (label noise 0/10/30/50%, two covariate-shifted),
 a clean target validation set, a small MLP proxy. Tier B: a character-level tiny transformer on five
 Python standard-library sub-corpora (code, docstrings, comments, tests, licence), the target a known
-fixed mix of their held-out text (:mod:`mlcore.mixture.stdlib_subcorpora`), so the distance from the
+fixed mix of their held-out text (:mod:`mlcore.datamix.stdlib_subcorpora`), so the distance from the
 found w to that mix says whether the search moved the right way.
 
 Every method returns a mixture; a fresh model is then trained on it with the same budget
@@ -66,14 +66,14 @@ TIERS: dict[str, dict[str, dict[str, Any]]] = {
 
 def _search(method: str, problem: Any, spec: dict[str, Any], seed: int) -> tuple[Any, dict[str, Any]]:
     """The method's mixture, and what else it recorded (FastMix: its w trajectory)."""
-    from mlcore.mixture import baselines
-    from mlcore.mixture.fastmix import FastMixConfig, fastmix
+    from mlcore.datamix import baselines
+    from mlcore.datamix.fastmix import FastMixConfig, fastmix
 
     per_source = spec["batch_per_source"]
     if method == "uniform":
         return baselines.uniform(problem), {}
     if method == "target mix":  # Tier B's known answer, a reference for what the search should approach
-        from mlcore.mixture.stdlib_subcorpora import SUBCORPORA, TARGET_MIX
+        from mlcore.datamix.stdlib_subcorpora import SUBCORPORA, TARGET_MIX
 
         return baselines.Found([TARGET_MIX[name] for name in SUBCORPORA], 0), {}
     if method.startswith("fastmix"):
@@ -97,7 +97,7 @@ def _search(method: str, problem: Any, spec: dict[str, Any], seed: int) -> tuple
 
 
 def _run(method: str, problem: Any, spec: dict[str, Any], seed: int) -> dict[str, Any]:
-    from mlcore.mixture.problem import train_on_mixture
+    from mlcore.datamix.problem import train_on_mixture
 
     start = time.perf_counter()
     found, extra = _search(method, problem, spec, seed)
@@ -118,14 +118,14 @@ def _run(method: str, problem: Any, spec: dict[str, Any], seed: int) -> dict[str
 
 def run_method(method: str, spec: dict[str, Any], seed: int) -> dict[str, Any]:
     """Tier A: one method on the classification sources."""
-    from mlcore.mixture.sources import classification_problem
+    from mlcore.datamix.sources import classification_problem
 
     return _run(method, classification_problem(seed=seed), spec, seed)
 
 
 def run_stdlib_method(method: str, spec: dict[str, Any], seed: int) -> dict[str, Any]:
     """Tier B: one method on the standard-library sub-corpora; bits per character and distance to the target."""
-    from mlcore.mixture.stdlib_subcorpora import distance_to, stdlib_problem
+    from mlcore.datamix.stdlib_subcorpora import distance_to, stdlib_problem
 
     row = _run(method, stdlib_problem(seed=seed), spec, seed)
     row["val_bpc"] = row["val_loss"] * BITS
@@ -204,7 +204,7 @@ def _tier_a_markdown(tier: str, spec: dict[str, Any], summary: list[dict[str, An
 
 
 def _tier_b_markdown(spec: dict[str, Any], summary: list[dict[str, Any]]) -> list[str]:
-    from mlcore.mixture.stdlib_subcorpora import SUBCORPORA, TARGET_MIX
+    from mlcore.datamix.stdlib_subcorpora import SUBCORPORA, TARGET_MIX
 
     regmix = next(s["cost_examples"] for s in summary if s["method"] == "regmix-lite")
     target = ", ".join(f"{name} {TARGET_MIX[name]:g}" for name in SUBCORPORA)

@@ -1,7 +1,7 @@
 """``make bench-core``'s MoE-layer tables: :class:`~mlcore.moe.layer.MoELayer` forward + backward
 against per-expert Python loops and against transformers' ``MixtralSparseMoeBlock`` with each of
 its experts implementations, and what recording a routing trace adds to a forward pass. The
-measuring helpers (round-robin timing, the loops, the GEMM floor) are :mod:`mlcore.moe.bench`'s,
+measuring helpers (round-robin timing, the loops, the GEMM floor) are :mod:`mlcore.moe.profile`'s,
 shared with the ``moe-profile`` job kind.
 """
 
@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from mlcore.moe.bench import (
+from mlcore.moe.layer import MoELayer
+from mlcore.moe.profile import (
     _clock_name,
     cpu_clock,
     expert_matmuls,
@@ -25,7 +26,6 @@ from mlcore.moe.bench import (
     round_robin,
     train_step,
 )
-from mlcore.moe.layer import MoELayer
 
 CONFIG = {"tokens": 4096, "hidden": 512, "intermediate": 1024, "top_k": 2}
 EXPERTS = (64, 8)

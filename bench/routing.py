@@ -3,7 +3,7 @@
 1. **LD-MoLE** (method card ``ld-mole.md``, section 4): the zoo's frozen ``lora-base-tiny``
    fine-tuned on the majority-of-high-digits task at levels d = 2…6 with LoRA against top-1 /
    top-2 MoLE, ReLU routing and LD-MoLE at matched trainable parameters: the budget is 8 experts
-   of rank 4 with linear routers, and :mod:`mlcore.lora.budget` sizes each contender to it (LoRA's
+   of rank 4 with linear routers, and :mod:`mlcore.lora_moe.budget` sizes each contender to it (LoRA's
    rank; LD-MoLE's expert count and λ width); the full tier adds fixed sparsemax (λ = 0) and
    LD-MoLE without its sparsity loss. Accuracy per level, active experts per token, zero-expert rate.
 2. **RoMA** (card ``roma.md``, section 4): a tiny MoE classifier (4 MoE layers, 8 experts, top-2)
@@ -76,8 +76,8 @@ def _mean_sd(values: list[float]) -> str:
 def lora_section(tier: str, *, cached_only: bool = False) -> tuple[str, dict[str, Any]]:
     import torch
 
-    from mlcore.lora.base import TinyEncoder
-    from mlcore.lora.zoo import CHECKPOINT
+    from mlcore.lora_moe.base import TinyEncoder
+    from mlcore.zoo.lora_base import CHECKPOINT
 
     torch.set_num_threads(1)
     runs, missing = _lora_runs(tier, TinyEncoder.load(CHECKPOINT), "lora", cached_only=cached_only)
@@ -96,7 +96,7 @@ def lora_lm_section(tier: str, *, cached_only: bool = False) -> tuple[str, dict[
     from transformers import AutoTokenizer
 
     from mlcore.hf import load_model
-    from mlcore.lora.hf import HFLoRABase, as_text
+    from mlcore.lora_moe.hf import HFLoRABase, as_text
     from mlcore.zoo.committed import committed
 
     torch.set_num_threads(1)
@@ -121,7 +121,7 @@ def lora_lm_section(tier: str, *, cached_only: bool = False) -> tuple[str, dict[
 
 
 MATCHING = (
-    "Matched trainable parameters (`mlcore.lora.budget`): the budget is 8 experts of rank 4 plus their linear "
+    "Matched trainable parameters (`mlcore.lora_moe.budget`): the budget is 8 experts of rank 4 plus their linear "
     "routers; top-k, ReLU and sparsemax have that shape, LoRA takes the rank closest to the budget, and LD-MoLE pays "
     "for its shared λ network inside the budget (it keeps as many experts of rank 4 as fit beside the network, and "
     "the network takes the remaining parameters); every count is within 2 % of the budget. Shape = experts × rank, "
@@ -159,9 +159,9 @@ def _lora_runs(
 ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
     """Each routing's results per seed, and (with ``cached_only``: read what the cache holds, train
     nothing) the configurations that are missing."""
-    from mlcore.lora.budget import matched_mixtures, shape
-    from mlcore.lora.mixture import MixtureConfig
-    from mlcore.lora.pipeline import FinetuneConfig, finetune
+    from mlcore.lora_moe.budget import matched_mixtures, shape
+    from mlcore.lora_moe.mixture import MixtureConfig
+    from mlcore.lora_moe.pipeline import FinetuneConfig, finetune
 
     settings = TIERS[tier]
     template = MixtureConfig(experts=8, rank=4, **({"projections": projections} if projections else {}))
@@ -270,8 +270,8 @@ def _study_record(out: dict[str, Any]) -> dict[str, Any]:
 def roma_section(tier: str) -> tuple[str, dict[str, Any]]:
     import torch
 
-    from mlcore.routing.model import MoEClassifierConfig
-    from mlcore.routing.roma import AlignConfig, StudyConfig, builtin_sets, pretrain_moe, run_study
+    from mlcore.roma.model import MoEClassifierConfig
+    from mlcore.roma.roma import AlignConfig, StudyConfig, builtin_sets, pretrain_moe, run_study
 
     settings = TIERS[tier]
     torch.set_num_threads(1)
@@ -308,9 +308,9 @@ def roma_lm_section(tier: str) -> tuple[str, dict[str, Any]]:
     from transformers import AutoTokenizer
 
     from mlcore.hf import load_model
-    from mlcore.routing.hf import HFRoutedLM, pretrain_lm
-    from mlcore.routing.roma import AlignConfig, StudyConfig, builtin_sets, run_study
-    from mlcore.routing.tasks import DIGIT_CLASSES, LENGTH
+    from mlcore.roma.hf import HFRoutedLM, pretrain_lm
+    from mlcore.roma.roma import AlignConfig, StudyConfig, builtin_sets, run_study
+    from mlcore.roma.tasks import DIGIT_CLASSES, LENGTH
     from mlcore.zoo.committed import committed
 
     settings = TIERS[tier]

@@ -5,11 +5,11 @@ as ``bench/results/watermark-latency.md``.
 Three measurements, each on the CPU:
 
 1. **Portal, end to end**: anonymous POSTs to ``/verify/`` through Django's test client against a
-   real verify worker process (``webapp.portal.benchmark``, run in a subprocess with its own
+   real verify worker process (``bench.portal``, run in a subprocess with its own
    database and broker): upload checks, rate limit, queue, decode, match, answer, page render.
    On the embedded default (SQLite + Kombu's file-system broker, which polls every 0.1 s)
    and, when ``MOELAB_BENCH_BROKER_URL`` names a Redis, on Redis as deployed. And ``make run``
-   itself while a long ``moe-profile`` job keeps both cores busy (``webapp.portal.benchmark
+   itself while a long ``moe-profile`` job keeps both cores busy (``bench.portal
    busy``): a 4-megapixel JPEG and a small PNG through the real HTTP endpoint, with the fraction
    of checks answered rather than told the verifier is busy.
 2. **Worker component**: what a verify worker does per check (open the image, extractor, match
@@ -147,7 +147,7 @@ def batch_throughput(folder: Path, keys: int, images: int) -> dict[str, Any]:
 
 
 def portal_latency(folder: Path, checks: int, keys: int, *, broker: str | None, busy: bool = False) -> dict[str, Any]:
-    """``webapp.portal.benchmark`` in a subprocess: the embedded default, or ``broker`` (Redis);
+    """``bench.portal`` in a subprocess: the embedded default, or ``broker`` (Redis);
     ``busy``: ``make run`` with a long job running (always the embedded default)."""
     work = Path(tempfile.mkdtemp(prefix="portal-latency-"))
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL")}
@@ -169,7 +169,7 @@ def portal_latency(folder: Path, checks: int, keys: int, *, broker: str | None, 
         env["MOELAB_WATERMARK_DAILY_MATCH_BUDGET"] = "1000000"
         mode = ["busy"]
     done = subprocess.run(
-        [sys.executable, "-m", "webapp.portal.benchmark", *mode, str(checks), str(keys)],
+        [sys.executable, "-m", "bench.portal", *mode, str(checks), str(keys)],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -3,9 +3,29 @@ titles and units. Plain dicts, no plotting library, so job specs can import it i
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 VEGA_LITE = "https://vega.github.io/schema/vega-lite/v5.json"
+
+# How a discrete axis orders its categories: Vega-Lite's ascending default, the rows' own order, or
+# an explicit list (a kind's fixed split or motif order, whatever order its rows arrive in).
+Order = Literal["ascending", "rows"] | Sequence[str]
+
+
+def _sorted(encoding: dict[str, Any], order: Order) -> dict[str, Any]:
+    if isinstance(order, str):
+        if order == "rows":
+            encoding["sort"] = None
+        elif order != "ascending":
+            raise ValueError(f"order must be 'ascending', 'rows' or a list of categories, not {order!r}")
+    else:
+        encoding["sort"] = list(order)
+    return encoding
+
+
+def _field_title(field: str) -> str:
+    return field.replace("_", " ").capitalize()
 
 
 def line_chart(
@@ -24,7 +44,7 @@ def line_chart(
     x_enc: dict[str, Any] = {"field": x, "type": "quantitative", "title": x_title}
     if x_log:
         x_enc["scale"] = {"type": "log"}
-    color_enc = {"field": color, "type": "nominal", "title": color.replace("_", " ").capitalize()}
+    color_enc = {"field": color, "type": "nominal", "title": _field_title(color)}
     layers: list[dict[str, Any]] = [
         {
             "mark": {"type": "line", "point": True},
@@ -53,18 +73,47 @@ def line_chart(
 
 
 def heatmap(
-    title: str, rows: list[dict[str, Any]], *, x: str, y: str, value: str, x_title: str, y_title: str, value_title: str
+    title: str,
+    rows: list[dict[str, Any]],
+    *,
+    x: str,
+    y: str,
+    value: str,
+    x_title: str,
+    y_title: str,
+    value_title: str,
+    scheme: str | None = "viridis",
+    value_type: Literal["quantitative", "nominal"] = "quantitative",
+    value_domain: tuple[float, float] | None = None,
+    value_format: str | None = None,
+    x_order: Order = "ascending",
+    y_order: Order = "ascending",
 ) -> dict[str, Any]:
+    """A grid of cells (``x`` by ``y``) coloured by ``value``. ``scheme=None`` keeps Vega-Lite's own
+    palette (a nominal ``value`` such as an expert's fate needs categorical colours, not a ramp);
+    ``value_domain`` pins the colour scale (a weight in [0, 1]) so jobs compare by colour;
+    ``value_format`` is the tooltip's d3 number format for the value."""
+    scale: dict[str, Any] = {}
+    if value_domain is not None:
+        scale["domain"] = list(value_domain)
+    if scheme is not None:
+        scale["scheme"] = scheme
+    color: dict[str, Any] = {"field": value, "type": value_type, "title": value_title}
+    if scale:
+        color["scale"] = scale
+    value_tip: dict[str, Any] = {"field": value}
+    if value_format is not None:
+        value_tip |= {"type": value_type, "format": value_format}
     return {
         "$schema": VEGA_LITE,
         "title": title,
         "data": {"values": rows},
         "mark": "rect",
         "encoding": {
-            "x": {"field": x, "type": "ordinal", "title": x_title},
-            "y": {"field": y, "type": "ordinal", "title": y_title},
-            "color": {"field": value, "type": "quantitative", "title": value_title, "scale": {"scheme": "viridis"}},
-            "tooltip": [{"field": f} for f in (y, x, value)],
+            "x": _sorted({"field": x, "type": "ordinal", "title": x_title}, x_order),
+            "y": _sorted({"field": y, "type": "ordinal", "title": y_title}, y_order),
+            "color": color,
+            "tooltip": [{"field": y}, {"field": x}, value_tip],
         },
     }
 
@@ -86,17 +135,49 @@ def scatter(
     }
 
 
+def lines(
+    title: str,
+    rows: list[dict[str, Any]],
+    *,
+    x: str,
+    y: str,
+    x_title: str,
+    y_title: str,
+    color: str | None = None,
+    color_title: str | None = None,
+    points: bool = False,
+    y_zero: bool = True,
+) -> dict[str, Any]:
+    """Plain lines of ``y`` over a quantitative ``x``, one per ``color`` value if given (legend
+    titled ``color_title``; None leaves it untitled). ``points`` marks each row; ``y_zero=False``
+    lets the y axis start near the data (an accuracy that moves between 0.9 and 0.95)."""
+    y_enc: dict[str, Any] = {"field": y, "type": "quantitative", "title": y_title}
+    if not y_zero:
+        y_enc["scale"] = {"zero": False}
+    encoding: dict[str, Any] = {"x": {"field": x, "type": "quantitative", "title": x_title}, "y": y_enc}
+    if color:
+        encoding["color"] = {"field": color, "type": "nominal", "title": color_title}
+    return {
+        "$schema": VEGA_LITE,
+        "title": title,
+        "data": {"values": rows},
+        "mark": {"type": "line", "point": True} if points else "line",
+        "encoding": encoding,
+    }
+
+
 def step_lines(
-    title: str, rows: list[dict[str, Any]], y: str, y_title: str, color: str | None = None
+    title: str,
+    rows: list[dict[str, Any]],
+    y: str,
+    y_title: str,
+    color: str | None = None,
+    *,
+    x_title: str = "Step",
 ) -> dict[str, Any]:
     """A training curve: ``y`` over the ``step`` field, one line per ``color`` value if given."""
-    encoding: dict[str, Any] = {
-        "x": {"field": "step", "type": "quantitative", "title": "Step"},
-        "y": {"field": y, "type": "quantitative", "title": y_title},
-    }
-    if color:
-        encoding["color"] = {"field": color, "type": "nominal", "title": color.capitalize()}
-    return {"$schema": VEGA_LITE, "title": title, "data": {"values": rows}, "mark": "line", "encoding": encoding}
+    color_title = _field_title(color) if color else None
+    return lines(title, rows, x="step", y=y, x_title=x_title, y_title=y_title, color=color, color_title=color_title)
 
 
 def bar_chart(
@@ -105,19 +186,185 @@ def bar_chart(
     *,
     x: str,
     y: str,
-    x_title: str,
+    x_title: str | None,
     y_title: str,
     x_type: str = "nominal",
     keep_order: bool = True,
+    x_domain: tuple[float, float] | None = None,
+    color: str | None = None,
+    color_title: str | None = None,
+    color_domain: Sequence[str] | None = None,
+    legend: bool = True,
+    normalize: bool = False,
 ) -> dict[str, Any]:
-    """Bars of ``y`` per ``x``; ``keep_order`` keeps the rows' order on the x axis instead of sorting."""
+    """Bars of ``y`` per ``x``; ``keep_order`` keeps the rows' order on the x axis instead of sorting.
+
+    With ``color`` the bars of one ``x`` stack by that field (``normalize`` stacks them to 100 %);
+    colouring by ``x`` itself with ``legend=False`` tells categories apart without a redundant legend.
+    ``color_domain`` fixes which colour each category gets whichever of them a job saw. A None
+    title leaves that axis or legend untitled."""
     x_enc: dict[str, Any] = {"field": x, "type": x_type, "title": x_title}
     if keep_order:
         x_enc["sort"] = None
+    if x_domain is not None:
+        x_enc["scale"] = {"domain": list(x_domain)}
+    y_enc: dict[str, Any] = {"field": y, "type": "quantitative", "title": y_title}
+    if normalize:
+        y_enc["stack"] = "normalize"
+    encoding: dict[str, Any] = {"x": x_enc, "y": y_enc}
+    if color is not None:
+        color_enc: dict[str, Any] = {"field": color, "type": "nominal"}
+        if legend:
+            color_enc["title"] = color_title
+        else:
+            color_enc["legend"] = None
+        if color_domain is not None:
+            color_enc["scale"] = {"domain": list(color_domain)}
+        encoding["color"] = color_enc
+    return {"$schema": VEGA_LITE, "title": title, "data": {"values": rows}, "mark": "bar", "encoding": encoding}
+
+
+def grouped_bar_chart(
+    title: str,
+    rows: list[dict[str, Any]],
+    *,
+    x: str,
+    y: str,
+    group: str,
+    x_title: str | None,
+    y_title: str,
+    group_title: str | None,
+    x_order: Order = "ascending",
+    y_domain: tuple[float, float] | None = None,
+    reference: str | None = None,
+) -> dict[str, Any]:
+    """Bars of ``y`` per ``x``, one bar per ``group`` value side by side and coloured by it.
+
+    ``reference`` names a field drawn as a dashed black tick across each ``x`` (a ceiling the bars
+    can reach, such as the accuracy label noise allows); the chart is then a layer of the two."""
+    x_enc = _sorted({"field": x, "type": "nominal", "title": x_title}, x_order)
+    y_enc: dict[str, Any] = {"field": y, "type": "quantitative", "title": y_title}
+    if y_domain is not None:
+        y_enc["scale"] = {"domain": list(y_domain)}
+    bars = {
+        "x": x_enc,
+        "xOffset": {"field": group},
+        "y": y_enc,
+        "color": {"field": group, "type": "nominal", "title": group_title},
+    }
+    head = {"$schema": VEGA_LITE, "title": title, "data": {"values": rows}}
+    if reference is None:
+        return head | {"mark": "bar", "encoding": bars}
+    # The tick has no xOffset: it spans the whole group of bars of its x.
+    tick_x = _sorted({"field": x, "type": "nominal"}, x_order)
+    return head | {
+        "layer": [
+            {"mark": "bar", "encoding": bars},
+            {
+                "mark": {"type": "tick", "color": "black", "strokeDash": [4, 2], "thickness": 2},
+                "encoding": {"x": tick_x, "y": {"field": reference, "type": "quantitative"}},
+            },
+        ]
+    }
+
+
+def error_bar_chart(
+    title: str,
+    rows: list[dict[str, Any]],
+    *,
+    x: str,
+    y: str,
+    low: str,
+    high: str,
+    x_title: str | None,
+    y_title: str,
+    group: str | None = None,
+    group_title: str | None = None,
+    x_order: Order = "ascending",
+    y_domain: tuple[float, float] | None = None,
+    bar_width: int | None = None,
+) -> dict[str, Any]:
+    """Bars of ``y`` per ``x`` with a rule from ``low`` to ``high`` on each (a confidence interval);
+    with ``group``, one bar and rule per group value side by side, coloured by it. ``bar_width``
+    fixes each bar's width in pixels (the chart grows with the categories instead of squeezing)."""
+    shared: dict[str, Any] = {"x": _sorted({"field": x, "type": "nominal", "title": x_title}, x_order)}
+    if group is not None:
+        shared["xOffset"] = {"field": group}
+        shared["color"] = {"field": group, "type": "nominal", "title": group_title}
+    y_enc: dict[str, Any] = {"field": y, "type": "quantitative", "title": y_title}
+    if y_domain is not None:
+        y_enc["scale"] = {"domain": list(y_domain)}
+    spec: dict[str, Any] = {"$schema": VEGA_LITE, "title": title, "data": {"values": rows}}
+    if bar_width is not None:
+        spec["width"] = {"step": bar_width}
+    # The encoding is shared, so each rule sits on its bar and takes its group's colour.
+    return spec | {
+        "encoding": shared,
+        "layer": [
+            {"mark": "bar", "encoding": {"y": y_enc}},
+            {
+                "mark": {"type": "rule", "color": "black"},
+                "encoding": {"y": {"field": low, "type": "quantitative"}, "y2": {"field": high}},
+            },
+        ],
+    }
+
+
+def with_rules(
+    chart: dict[str, Any],
+    rules: list[dict[str, Any]],
+    *,
+    at: str,
+    label: str,
+    axis: Literal["x", "y"] = "x",
+) -> dict[str, Any]:
+    """``chart`` (a single view from this module) with a dashed rule at each of ``rules``' ``at``
+    values across the plot (thresholds: "detected from here"), named by ``label`` in a tooltip.
+    The rules carry their own rows, so a threshold no row reaches is still drawn."""
+    view = {k: v for k, v in chart.items() if k not in ("$schema", "title")}
     return {
-        "$schema": VEGA_LITE,
-        "title": title,
-        "data": {"values": rows},
-        "mark": "bar",
-        "encoding": {"x": x_enc, "y": {"field": y, "type": "quantitative", "title": y_title}},
+        "$schema": chart.get("$schema", VEGA_LITE),
+        "title": chart["title"],
+        "layer": [
+            view,
+            {
+                "data": {"values": rules},
+                "mark": {"type": "rule", "strokeDash": [4, 3]},
+                "encoding": {axis: {"field": at, "type": "quantitative"}, "tooltip": [{"field": label}]},
+            },
+        ],
+    }
+
+
+def small_multiples(
+    chart: dict[str, Any],
+    *,
+    width: int | dict[str, int],
+    height: int | dict[str, int],
+    column: str | None = None,
+    row: str | None = None,
+    column_title: str | None = None,
+    row_title: str | None = None,
+) -> dict[str, Any]:
+    """``chart`` (a single view from this module) repeated in one cell per ``column`` and/or ``row``
+    value, on shared scales. A faceted chart cannot fit the page's width (Vega-Lite's fit autosize
+    does not apply to facets), so each cell has an explicit ``width`` and ``height``: pixels, or
+    ``{"step": n}`` pixels per category of a discrete axis.
+
+    The facet operator (top-level ``facet`` and ``spec``), not row/column encodings: it draws the
+    same, and the page (frontend charts.js) recognises it and lays it out at its own size."""
+    if column is None and row is None:
+        raise ValueError("small_multiples needs a column or a row field")
+    facet: dict[str, Any] = {}
+    if column is not None:
+        facet["column"] = {"field": column, "type": "nominal", "title": column_title}
+    if row is not None:
+        facet["row"] = {"field": row, "type": "nominal", "title": row_title}
+    cell = {k: v for k, v in chart.items() if k not in ("$schema", "title", "data")}
+    return {
+        "$schema": chart.get("$schema", VEGA_LITE),
+        "title": chart["title"],
+        "data": chart["data"],
+        "facet": facet,
+        "spec": {"width": width, "height": height, **cell},
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench: every benchmark's quick tier; make bench-NAME [FULL=1]: one study.
-# `platform` needs Django, PostgreSQL and Redis, so it runs through manage.py on its own database.
+# `platform` needs Django, PostgreSQL and Redis, so it runs on a database of its own, migrated first.
 set -euo pipefail
 tier="$1"; shift
 names=("$@")
@@ -16,7 +16,7 @@ for name in "${names[@]}"; do
       || psql "${db%/*}/postgres" -qc "CREATE DATABASE ${db##*/}"
     DATABASE_URL="$db" CELERY_BROKER_URL="${BENCH_CELERY_BROKER_URL:-redis://127.0.0.1:6379/10}" \
       REDIS_URL="${BENCH_REDIS_URL:-redis://127.0.0.1:6379/9}" MOELAB_EXTRA_KINDS=tests.jobkinds.exercise \
-      bash -c '.venv/bin/python manage.py migrate --noinput -v0 && .venv/bin/python manage.py bench_platform --tier "$0"' "$tier"
+      bash -c '.venv/bin/python manage.py migrate --noinput -v0 && .venv/bin/python -m bench platform --tier "$0"' "$tier"
   else
     .venv/bin/python -m bench "$name" --tier "$tier"
   fi

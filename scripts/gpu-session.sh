@@ -99,7 +99,7 @@ if has_part molm; then
   pids+=($!)
 fi
 if has_part video; then
-  OMP_NUM_THREADS=2 "$py" -m mlcore.video.zoo train video-dit-digits --threads 2 --device "$device" \
+  OMP_NUM_THREADS=2 "$py" -m mlcore.zoo train video-dit-digits --threads 2 --device "$device" \
     --wall-minutes "$left" "${video_flags[@]}" --workdir "$base/video/work" \
     --out "$base/video/video-dit-digits" >"$work/video.log" 2>&1 &
   names+=(video)

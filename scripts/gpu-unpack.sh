@@ -5,7 +5,7 @@
 # reviewed and committed like any retrained zoo model), the point-cloud runs to bench/cache/pointcloud.jsonl
 # (then `python -m bench.pointcloud --report`), the kernel table to bench/results/core-gpu.txt.
 set -euo pipefail
-from="${1:?usage: gpu-unpack.sh FOLDER (the device tool's files_at)}"
+from="${1:?usage: gpu-unpack.sh FOLDER, the files_at folder of the device tool}"
 cd "$(dirname "$0")/.."
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT

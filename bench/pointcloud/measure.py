@@ -18,7 +18,7 @@ from bench.pointcloud.tiers import CONFIGS, MODELS, SEEN, ZERO_SHOT, ZOO_RUNS, T
 
 
 def _from_zoo(config: str, seed: int, tier: Tier) -> dict[str, Any] | None:
-    from mlcore.pointcloud.zoo import CHECKPOINTS, EVAL_SCENES, RECIPES
+    from mlcore.zoo.pointcloud import CHECKPOINTS, EVAL_SCENES, RECIPES
 
     name = ZOO_RUNS.get(config)
     if name is None or seed != 0 or tier.eval_scenes != EVAL_SCENES:
@@ -230,7 +230,7 @@ def _throughput_model() -> tuple[Any, str]:
 
     from mlcore.pointcloud.pipeline import load_segmenter
     from mlcore.pointcloud.ptv3 import PTv3, PTv3Config
-    from mlcore.pointcloud.zoo import CHECKPOINTS
+    from mlcore.zoo.pointcloud import CHECKPOINTS
 
     folder = CHECKPOINTS / "pointmoe-synmix"
     if (folder / "model.safetensors").is_file():

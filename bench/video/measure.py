@@ -19,7 +19,7 @@ def _zoo_model() -> tuple[Any, bool]:
     import torch
 
     from mlcore.video.dit import VideoDiT
-    from mlcore.video.zoo import CHECKPOINTS
+    from mlcore.zoo.video import CHECKPOINTS
 
     folder = CHECKPOINTS / "video-dit-digits"
     if (folder / "manifest.json").is_file():
@@ -206,7 +206,7 @@ def _judge(static: bool, steps: int) -> Any:
     import torch
 
     from mlcore.video.classifier import ClipClassifier, train_classifier
-    from mlcore.video.zoo import CHECKPOINTS, load_judge
+    from mlcore.zoo.video import CHECKPOINTS, load_judge
 
     if not static and (CHECKPOINTS / "video-judge" / "manifest.json").is_file():
         return load_judge(), None
@@ -231,27 +231,15 @@ def evaluate(
     from mlcore.video.classifier import as_batch, clip_features
     from mlcore.video.classifier import judge as run_judge
     from mlcore.video.metrics import frechet_distance
-    from mlcore.video.pipeline import generate, heldout_loss
+    from mlcore.video.pipeline import generate_in_chunks, heldout_loss
 
     held = heldout_loss(model, clips=64, frames=frames, static=static, attention=attention)  # type: ignore[arg-type]
     digits = torch.arange(clips) % NUM_DIGITS
     directions = (torch.arange(clips) // NUM_DIGITS) % len(DIRECTIONS)
     on_cuda = model.device.type == "cuda"
     started = time.perf_counter()
-    samples = torch.cat(
-        [
-            generate(
-                model,
-                digits[s : s + 40],
-                directions[s : s + 40],
-                frames=frames,
-                steps=sample_steps,
-                guidance=3.0,
-                seed=s,
-                attention=attention,
-            )  # type: ignore[arg-type]
-            for s in range(0, clips, 40)
-        ]
+    samples = generate_in_chunks(
+        model, digits, directions, frames=frames, steps=sample_steps, guidance=3.0, attention=attention
     )
     if on_cuda:  # kernels run asynchronously: wait for the last one before reading the clock
         torch.cuda.synchronize(model.device)

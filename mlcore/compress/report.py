@@ -6,10 +6,9 @@ from typing import Any
 
 from torch import nn
 
+from mlcore import charts
 from mlcore.compress.plan import CompressionPlan
 from mlcore.hf.adapter import MoEAdapter
-
-VEGA_LITE = "https://vega.github.io/schema/vega-lite/v6.json"
 
 
 def sizes(model: nn.Module, adapter: MoEAdapter) -> dict[str, int]:
@@ -34,23 +33,21 @@ def sizes(model: nn.Module, adapter: MoEAdapter) -> dict[str, int]:
 
 
 def heatmap(title: str, rows: list[dict[str, Any]], field: str, *, scheme: str = "viridis") -> dict[str, Any]:
-    """A layer × expert heatmap of ``field`` over ``rows`` ({"layer", "expert", field})."""
-    return {
-        "$schema": VEGA_LITE,
-        "title": title,
-        "data": {"values": rows},
-        "mark": "rect",
-        "encoding": {
-            "x": {"field": "expert", "type": "ordinal", "title": "Expert"},
-            "y": {"field": "layer", "type": "ordinal", "title": "Layer"},
-            "color": {
-                "field": field,
-                "type": "quantitative" if field != "state" else "nominal",
-                "scale": {"scheme": scheme} if field != "state" else {},
-            },
-            "tooltip": [{"field": k} for k in ("layer", "expert", field)],
-        },
-    }
+    """A layer × expert heatmap of ``field`` over ``rows`` ({"layer", "expert", field}); ``state``
+    (an expert's fate, see ``pruned_map_rows``) is categorical and takes categorical colours."""
+    nominal = field == "state"
+    return charts.heatmap(
+        title,
+        rows,
+        x="expert",
+        y="layer",
+        value=field,
+        x_title="Expert",
+        y_title="Layer",
+        value_title=field,
+        scheme=None if nominal else scheme,
+        value_type="nominal" if nominal else "quantitative",
+    )
 
 
 def expert_rows(layers: list[int], table: Any, field: str) -> list[dict[str, Any]]:
@@ -79,14 +76,14 @@ def pruned_map_rows(plan: CompressionPlan, num_experts: int) -> list[dict[str, A
 
 def quality_vs_ratio(rows: list[dict[str, Any]], measure: str, title: str) -> dict[str, Any]:
     """Lines of ``measure`` against the pruning ratio, one per method."""
-    return {
-        "$schema": VEGA_LITE,
-        "title": title,
-        "data": {"values": rows},
-        "mark": {"type": "line", "point": True},
-        "encoding": {
-            "x": {"field": "ratio", "type": "quantitative", "title": "Pruning ratio"},
-            "y": {"field": measure, "type": "quantitative", "title": title},
-            "color": {"field": "method", "type": "nominal", "title": "Method"},
-        },
-    }
+    return charts.lines(
+        title,
+        rows,
+        x="ratio",
+        y=measure,
+        x_title="Pruning ratio",
+        y_title=title,
+        color="method",
+        color_title="Method",
+        points=True,
+    )

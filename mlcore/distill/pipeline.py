@@ -36,7 +36,7 @@ class TrainConfig:
     lr: float = 1e-3
     weight_decay: float = 0.01
     clip: float = 1.0
-    warmup: float = 0.05  # fraction of the steps
+    warmup_fraction: float = 0.05  #: the warm-up, as a fraction of the steps
     bf16: bool = False
     #: Held-out evaluation interval in steps (0: only at the end). No default: the distill job's spec
     #: and the benchmark each give their own.
@@ -174,7 +174,7 @@ def distill(
     optimizer = torch.optim.AdamW(student.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     result = DistillResult()
     order = torch.empty(0, dtype=torch.long)
-    warmup_steps = max(1, round(config.warmup * config.steps))
+    warmup_steps = max(1, round(config.warmup_fraction * config.steps))
     for step in range(config.steps):
         if len(order) < config.batch_size:
             order = torch.cat([order, torch.randperm(len(train_windows), generator=generator)])

@@ -106,13 +106,13 @@ def _diffusers_generator(root: Path) -> dict[str, Any]:
 
 
 def _tiny_encoder(root: Path) -> dict[str, Any]:
-    from mlcore.lora.base import TinyEncoder
+    from mlcore.lora_moe.base import TinyEncoder
 
     return torch_model_card("tiny encoder (LoRA base)", TinyEncoder.load(root))
 
 
 def _moe_task_classifier(root: Path) -> dict[str, Any]:
-    from mlcore.routing.model import MoEClassifier
+    from mlcore.roma.model import MoEClassifier
 
     if not (root / "config.json").is_file() or not (root / "model.safetensors").is_file():
         raise JobError("A moe-task-classifier is a folder with config.json and model.safetensors.")

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlcore.charts import VEGA_LITE
+from mlcore.charts import bar_chart, step_lines
 from mlcore.jobs import (
     Bool,
     Choice,
@@ -41,11 +41,11 @@ from mlcore.jobs import (
 from mlcore.jobs.binding import bind
 
 if TYPE_CHECKING:
-    from mlcore.mixture.fastmix import FastMixConfig
+    from mlcore.datamix.fastmix import FastMixConfig
 
 BUILTIN_SOURCES = ("shakespeare", "stdlib-docs", "stdlib-source")
 MAX_SOURCE_CHARS = 2_000_000  # per source: enough for a byte-level proxy, bounded memory
-#: mlcore.mixture.stdlib_subcorpora's SUBCORPORA and TARGET_MIX, spelt out because specs must not import torch.
+#: mlcore.datamix.stdlib_subcorpora's SUBCORPORA and TARGET_MIX, spelt out because specs must not import torch.
 SUBCORPORA = ("code", "docstrings", "comments", "tests", "licence")
 TARGET_MIX = (0.5, 0.3, 0.2, 0.0, 0.0)
 #: Parameters that pick the problem and the proxy, or drive the confirmation: not FastMix's own.
@@ -181,26 +181,10 @@ def _sources(params: dict[str, Any], inputs: dict[str, Any]) -> dict[str, str]:
     return {name: text[:MAX_SOURCE_CHARS] for name, text in texts.items()}
 
 
-def _chart(title: str, rows: list[dict[str, Any]], x: str, y: str, x_title: str, y_title: str, **extra: Any) -> dict:
-    encoding: dict[str, Any] = {
-        "x": {"field": x, "type": "quantitative" if x == "step" else "nominal", "title": x_title},
-        "y": {"field": y, "type": "quantitative", "title": y_title},
-    }
-    if "color" in extra:
-        encoding["color"] = {"field": extra["color"], "type": "nominal", "title": extra["color"].capitalize()}
-    return {
-        "$schema": VEGA_LITE,
-        "title": title,
-        "data": {"values": rows},
-        "mark": "line" if x == "step" else "bar",
-        "encoding": encoding,
-    }
-
-
 def _problem(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> tuple[Any, dict[str, float] | None]:
     """The mixture problem, and the target mix where it is known (``stdlib-subcorpora``)."""
     if params["problem"] == "stdlib-subcorpora":
-        from mlcore.mixture.stdlib_subcorpora import stdlib_problem
+        from mlcore.datamix.stdlib_subcorpora import stdlib_problem
 
         total = sum(params["target_mix"])
         target = {name: w / total for name, w in zip(SUBCORPORA, params["target_mix"], strict=True)}
@@ -209,7 +193,7 @@ def _problem(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) ->
         ctx.log(f"{problem.k} standard-library sub-corpora; target: their held-out text mixed as {mix}")
         return problem, target
 
-    from mlcore.mixture.sources import text_problem
+    from mlcore.datamix.sources import text_problem
 
     sources = _sources(params, inputs)
     if "target_file" in inputs:
@@ -229,7 +213,7 @@ def _problem(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) ->
 
 
 def _search_config(params: dict[str, Any]) -> FastMixConfig:
-    from mlcore.mixture.fastmix import FastMixConfig
+    from mlcore.datamix.fastmix import FastMixConfig
 
     return bind(FastMixConfig, params, skip=PROBLEM_PARAMS)
 
@@ -237,9 +221,9 @@ def _search_config(params: dict[str, Any]) -> FastMixConfig:
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
-    from mlcore.mixture.fastmix import fastmix
-    from mlcore.mixture.problem import train_on_mixture
-    from mlcore.mixture.stdlib_subcorpora import distance_to
+    from mlcore.datamix.fastmix import fastmix
+    from mlcore.datamix.problem import train_on_mixture
+    from mlcore.datamix.stdlib_subcorpora import distance_to
 
     ctx.progress(0.0, "reading the sources")
     problem, target = _problem(params, inputs, ctx)
@@ -265,18 +249,26 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     ]
     ctx.chart(
         "weights",
-        _chart("Mixture weights during the search", trajectory, "step", "weight", "Inner step", "w", color="source"),
+        step_lines(
+            "Mixture weights during the search", trajectory, "weight", "w", color="source", x_title="Inner step"
+        ),
     )
     curve = [{"step": s, "bpb": v * bits} for s, v in result.val_loss]
     ctx.chart(
         "search_val",
-        _chart("Proxy's target loss during the search", curve, "step", "bpb", "Inner step", "Bits per byte"),
+        step_lines("Proxy's target loss during the search", curve, "bpb", "Bits per byte", x_title="Inner step"),
     )
     final = dict(zip(problem.sources, result.final, strict=True))
     ctx.chart(
         "mixture",
-        _chart(
-            "Found mixture", [{"source": n, "weight": w} for n, w in final.items()], "source", "weight", "Source", "w"
+        bar_chart(
+            "Found mixture",
+            [{"source": n, "weight": w} for n, w in final.items()],
+            x="source",
+            y="weight",
+            x_title="Source",
+            y_title="w",
+            keep_order=False,
         ),
     )
     metrics: dict[str, Any] = {f"final_w/{name}": w for name, w in final.items()}
@@ -307,7 +299,15 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         rows = [{"mixture": k, "bpb": v} for k, v in runs.items()]
         ctx.chart(
             "confirmation",
-            _chart("Fresh model on each mixture", rows, "mixture", "bpb", "Mixture", "Target bits per byte"),
+            bar_chart(
+                "Fresh model on each mixture",
+                rows,
+                x="mixture",
+                y="bpb",
+                x_title="Mixture",
+                y_title="Target bits per byte",
+                keep_order=False,
+            ),
         )
         ctx.log(f"confirmation: found {runs['found']:.4f} vs uniform {runs['uniform']:.4f} bits per byte")
     for key, value in metrics.items():

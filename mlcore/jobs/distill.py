@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlcore.charts import VEGA_LITE
+from mlcore.charts import step_lines
 from mlcore.jobs import Bool, Choice, Dataset, Estimate, File, Float, Int, JobContext, JobError, JobSpec, Model, Seed
 from mlcore.jobs.binding import bind
 
@@ -168,35 +168,19 @@ def _load_teacher(folder: Path, device: Any) -> tuple[Any, Any]:
     return model.requires_grad_(False), tokenizer
 
 
-def _line_chart(title: str, rows: list[dict[str, Any]], y: str, y_title: str, *, color: str | None = None) -> dict:
-    encoding: dict[str, Any] = {
-        "x": {"field": "step", "type": "quantitative", "title": "Step"},
-        "y": {"field": y, "type": "quantitative", "title": y_title},
-    }
-    if color:
-        encoding["color"] = {"field": color, "type": "nominal", "title": color.replace("_", " ").capitalize()}
-    return {
-        "$schema": VEGA_LITE,
-        "title": title,
-        "data": {"values": rows},
-        "mark": "line",
-        "encoding": encoding,
-    }
-
-
 def _curves(ctx: JobContext, result: Any) -> None:
     stride = max(1, len(result.loss) // 500)  # at most ~500 points per curve in the page
     loss = [{"step": s, "loss": v} for s, v in result.loss[::stride]]
     norms = [{"step": s, "grad_norm": v} for s, v in result.grad_norm[::stride]]
-    ctx.chart("loss", _line_chart("Distillation loss", loss, "loss", "Loss per token"))
-    ctx.chart("grad_norm", _line_chart("Gradient norm (before clipping)", norms, "grad_norm", "‖g‖₂"))
+    ctx.chart("loss", step_lines("Distillation loss", loss, "loss", "Loss per token"))
+    ctx.chart("grad_norm", step_lines("Gradient norm (before clipping)", norms, "grad_norm", "‖g‖₂"))
     heldout = [
         {"step": step, "kl": metrics[name], "direction": label}
         for step, metrics in result.evals
         for name, label in (("forward_kl", "forward KL(p‖q)"), ("reverse_kl", "reverse KL(q‖p)"))
     ]
     ctx.chart(
-        "heldout_kl", _line_chart("Held-out KL to the teacher", heldout, "kl", "Nats per token", color="direction")
+        "heldout_kl", step_lines("Held-out KL to the teacher", heldout, "kl", "Nats per token", color="direction")
     )
 
 

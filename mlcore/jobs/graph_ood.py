@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlcore.charts import VEGA_LITE
+from mlcore.charts import grouped_bar_chart, heatmap, lines, small_multiples
 from mlcore.jobs import Choice, Dataset, Estimate, File, Float, Int, JobContext, JobError, JobSpec, Multi, Seed
 from mlcore.jobs.binding import bind
 
@@ -242,43 +242,30 @@ def _load(params: dict[str, Any], inputs: dict[str, Any]) -> Any:
 
 
 def _charts(ctx: JobContext, results: dict[str, Any], graphset: Any) -> None:
-    schema = VEGA_LITE
     rows = [
         {"method": m, "split": SPLIT_TITLES[s], "accuracy": v.accuracy, "ceiling": v.ceiling}
         for m, r in results.items()
         for s, v in r.splits.items()
     ]
     order = [SPLIT_TITLES[s] for s in graphset.splits()]
+    by_split: dict[str, Any] = {
+        "x": "split",
+        "group": "method",
+        "x_title": "Split",
+        "group_title": "Method",
+        "x_order": order,
+    }
     ctx.chart(
         "accuracy",
-        {
-            "$schema": schema,
-            "title": "Accuracy per split (tick: label-noise ceiling)",
-            "data": {"values": rows},
-            "layer": [
-                {
-                    "mark": "bar",
-                    "encoding": {
-                        "x": {"field": "split", "type": "nominal", "sort": order, "title": "Split"},
-                        "xOffset": {"field": "method"},
-                        "y": {
-                            "field": "accuracy",
-                            "type": "quantitative",
-                            "title": "Accuracy",
-                            "scale": {"domain": [0, 1]},
-                        },
-                        "color": {"field": "method", "type": "nominal", "title": "Method"},
-                    },
-                },
-                {
-                    "mark": {"type": "tick", "color": "black", "strokeDash": [4, 2], "thickness": 2},
-                    "encoding": {
-                        "x": {"field": "split", "type": "nominal", "sort": order},
-                        "y": {"field": "ceiling", "type": "quantitative"},
-                    },
-                },
-            ],
-        },
+        grouped_bar_chart(
+            "Accuracy per split (tick: label-noise ceiling)",
+            rows,
+            y="accuracy",
+            y_title="Accuracy",
+            y_domain=(0, 1),
+            reference="ceiling",
+            **by_split,
+        ),
     )
     auc = [
         {"method": m, "split": SPLIT_TITLES[s], "auc": v.mask_auc}
@@ -289,18 +276,14 @@ def _charts(ctx: JobContext, results: dict[str, Any], graphset: Any) -> None:
     if auc:
         ctx.chart(
             "mask_auc",
-            {
-                "$schema": schema,
-                "title": "Edge-mask ROC AUC against the ground-truth motif edges",
-                "data": {"values": auc},
-                "mark": "bar",
-                "encoding": {
-                    "x": {"field": "split", "type": "nominal", "sort": order, "title": "Split"},
-                    "xOffset": {"field": "method"},
-                    "y": {"field": "auc", "type": "quantitative", "title": "ROC AUC", "scale": {"domain": [0, 1]}},
-                    "color": {"field": "method", "type": "nominal", "title": "Method"},
-                },
-            },
+            grouped_bar_chart(
+                "Edge-mask ROC AUC against the ground-truth motif edges",
+                auc,
+                y="auc",
+                y_title="ROC AUC",
+                y_domain=(0, 1),
+                **by_split,
+            ),
         )
     usage = [
         {"method": m, "expert": f"expert {k}", "motif": graphset.motifs[j], "weight": value}
@@ -310,43 +293,38 @@ def _charts(ctx: JobContext, results: dict[str, Any], graphset: Any) -> None:
         for j, value in enumerate(row)
     ]
     if usage:
-        ctx.chart(
-            "usage",
-            {
-                "$schema": schema,
-                "title": "Expert × motif usage on OOD test (mean gate weight)",
-                "data": {"values": usage},
-                "mark": "rect",
-                "encoding": {
-                    "column": {"field": "method", "type": "nominal", "title": "Method"},
-                    "x": {"field": "motif", "type": "nominal", "sort": graphset.motifs, "title": "Motif"},
-                    "y": {"field": "expert", "type": "nominal", "title": "Expert"},
-                    "color": {
-                        "field": "weight",
-                        "type": "quantitative",
-                        "title": "Weight",
-                        "scale": {"domain": [0, 1]},
-                    },
-                    "tooltip": [{"field": "weight", "type": "quantitative", "format": ".2f"}],
-                },
-            },
+        heat = heatmap(
+            "Expert × motif usage on OOD test (mean gate weight)",
+            usage,
+            x="motif",
+            y="expert",
+            value="weight",
+            x_title="Motif",
+            y_title="Expert",
+            value_title="Weight",
+            scheme=None,
+            value_domain=(0, 1),
+            value_format=".2f",
+            x_order=graphset.motifs,
         )
+        cell = {"step": 20}  # Vega-Lite's own cell size per motif and expert, now explicit
+        ctx.chart("usage", small_multiples(heat, column="method", column_title="Method", width=cell, height=cell))
 
 
 def _training_chart(ctx: JobContext, curves: list[dict[str, Any]], selection: str) -> None:
     ctx.chart(
         "training",
-        {
-            "$schema": VEGA_LITE,
-            "title": f"{SPLIT_TITLES.get(selection, selection)} accuracy per epoch (model selection)",
-            "data": {"values": curves},
-            "mark": {"type": "line", "point": True},
-            "encoding": {
-                "x": {"field": "epoch", "type": "quantitative", "title": "Epoch"},
-                "y": {"field": "accuracy", "type": "quantitative", "title": "Accuracy"},
-                "color": {"field": "method", "type": "nominal", "title": "Method"},
-            },
-        },
+        lines(
+            f"{SPLIT_TITLES.get(selection, selection)} accuracy per epoch (model selection)",
+            curves,
+            x="epoch",
+            y="accuracy",
+            x_title="Epoch",
+            y_title="Accuracy",
+            color="method",
+            color_title="Method",
+            points=True,
+        ),
     )
 
 

@@ -1,8 +1,8 @@
 """``lora-moe-finetune``: fine-tune a frozen base model with a mixture of LoRA experts (LD-MoLE).
 
 The base is a tiny encoder: the zoo's ``lora-base-tiny``, a library copy or an uploaded checkpoint
-archive. The task data are the built-in digit tasks of graded difficulty (:mod:`mlcore.lora.tasks`)
-or an uploaded labelled JSONL/CSV file (:mod:`mlcore.lora.labelled`; digits as text, optional
+archive. The task data are the built-in digit tasks of graded difficulty (:mod:`mlcore.lora_moe.tasks`)
+or an uploaded labelled JSONL/CSV file (:mod:`mlcore.lora_moe.labelled`; digits as text, optional
 level groups), validated before training. Routing is LoRA (one
 adapter of rank E·r), top-1 / top-2 softmax, ReLU, fixed sparsemax or LD-MoLE with or without its
 sparsity loss. Reports accuracy overall and per difficulty, active experts per token × projection
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlcore.charts import VEGA_LITE, bar_chart
+from mlcore.charts import bar_chart, heatmap, step_lines
 from mlcore.jobs import (
     Choice,
     Estimate,
@@ -34,8 +34,8 @@ from mlcore.jobs import (
 from mlcore.jobs.binding import bind
 
 if TYPE_CHECKING:
-    from mlcore.lora.mixture import MixtureConfig
-    from mlcore.lora.pipeline import FinetuneConfig
+    from mlcore.lora_moe.mixture import MixtureConfig
+    from mlcore.lora_moe.pipeline import FinetuneConfig
 
 ROUTINGS = ("lora", "top1", "top2", "relu", "sparsemax", "ld-mole", "ld-mole-nosparsity")
 PROJECTIONS = ("q", "k", "v", "o", "up", "down")
@@ -202,18 +202,19 @@ def _heatmap(result: Any) -> dict[str, Any]:
         for name, values in result.active_heatmap.items()
         for position, value in enumerate(values)
     ]
-    return {
-        "$schema": VEGA_LITE,
-        "title": "Mean active experts per token position × adapted projection",
-        "data": {"values": rows},
-        "mark": "rect",
-        "encoding": {
-            "x": {"field": "position", "type": "ordinal", "title": "Token position (0 = level token)"},
-            "y": {"field": "projection", "type": "ordinal", "title": "Layer.projection", "sort": None},
-            "color": {"field": "active", "type": "quantitative", "title": "Active experts"},
-            "tooltip": [{"field": "projection"}, {"field": "position"}, {"field": "active", "format": ".2f"}],
-        },
-    }
+    return heatmap(
+        "Mean active experts per token position × adapted projection",
+        rows,
+        x="position",
+        y="projection",
+        value="active",
+        x_title="Token position (0 = level token)",
+        y_title="Layer.projection",
+        value_title="Active experts",
+        scheme=None,
+        value_format=".2f",
+        y_order="rows",
+    )
 
 
 def _load_base(folder: Path, device: Any) -> tuple[Any, Any]:
@@ -221,7 +222,7 @@ def _load_base(folder: Path, device: Any) -> tuple[Any, Any]:
     from mlcore.sniff import native_architecture
 
     if native_architecture(folder) is not None:
-        from mlcore.lora.base import TinyEncoder
+        from mlcore.lora_moe.base import TinyEncoder
 
         try:
             base = TinyEncoder.load(folder)
@@ -230,7 +231,7 @@ def _load_base(folder: Path, device: Any) -> tuple[Any, Any]:
         if base.config.max_length < 9:
             raise JobError(f"Model: its context ({base.config.max_length} tokens) is too short for 8-digit tasks.")
         return base, None
-    from mlcore.lora.hf import HFLoRABase, load_hf_lm
+    from mlcore.lora_moe.hf import HFLoRABase, load_hf_lm
 
     lm, tokenizer = load_hf_lm(folder, device)
     return HFLoRABase(lm), tokenizer
@@ -241,14 +242,14 @@ def _task_data(inputs: dict[str, Any], base: Any, tokenizer: Any) -> tuple[Any, 
     (None, the built-in classes, None)."""
     if "task_file" not in inputs:
         return None, ("no", "yes"), None
-    from mlcore.lora.labelled import LabelledDataError, load_labelled
-    from mlcore.lora.tasks import digit_batches
+    from mlcore.lora_moe.labelled import LabelledDataError, load_labelled
+    from mlcore.lora_moe.tasks import digit_batches
 
     try:
         labelled = load_labelled(Path(inputs["task_file"]))
         if tokenizer is None:
             return digit_batches(labelled), labelled.classes, None
-        from mlcore.lora.hf import text_batches
+        from mlcore.lora_moe.hf import text_batches
 
         train, test, groups = text_batches(labelled, tokenizer, base.max_length)
         return (train, test), labelled.classes, groups
@@ -257,7 +258,7 @@ def _task_data(inputs: dict[str, Any], base: Any, tokenizer: Any) -> tuple[Any, 
 
 
 def _mixture_config(params: dict[str, Any]) -> MixtureConfig:
-    from mlcore.lora.mixture import MixtureConfig
+    from mlcore.lora_moe.mixture import MixtureConfig
 
     return bind(
         MixtureConfig,
@@ -268,7 +269,7 @@ def _mixture_config(params: dict[str, Any]) -> MixtureConfig:
 
 
 def _finetune_config(params: dict[str, Any]) -> FinetuneConfig:
-    from mlcore.lora.pipeline import FinetuneConfig
+    from mlcore.lora_moe.pipeline import FinetuneConfig
 
     return bind(
         FinetuneConfig,
@@ -281,7 +282,7 @@ def _finetune_config(params: dict[str, Any]) -> FinetuneConfig:
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
-    from mlcore.lora.pipeline import finetune
+    from mlcore.lora_moe.pipeline import finetune
 
     # Everything that can refuse the job happens before training, so bad input loses nothing.
     if "checkpoint" in inputs:
@@ -295,7 +296,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     data, classes, groups = _task_data(inputs, base, tokenizer)
     encode = None
     if tokenizer is not None:
-        from mlcore.lora.hf import as_text
+        from mlcore.lora_moe.hf import as_text
 
         def encode(batch: Any) -> Any:
             return as_text(batch, tokenizer, base.max_length)
@@ -362,16 +363,12 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     stride = max(1, len(result.losses) // 400)
     ctx.chart(
         "loss",
-        {
-            "$schema": VEGA_LITE,
-            "title": "Training loss (task + auxiliary)",
-            "data": {"values": [{"step": s, "loss": v} for s, v in result.losses[::stride]]},
-            "mark": "line",
-            "encoding": {
-                "x": {"field": "step", "type": "quantitative", "title": "Step"},
-                "y": {"field": "loss", "type": "quantitative", "title": "Loss"},
-            },
-        },
+        step_lines(
+            "Training loss (task + auxiliary)",
+            [{"step": s, "loss": v} for s, v in result.losses[::stride]],
+            "loss",
+            "Loss",
+        ),
     )
     report = ctx.workdir / "report.json"
     report.write_text(

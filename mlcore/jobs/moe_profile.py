@@ -112,7 +112,7 @@ def _build_layer(p: dict[str, Any], device: Any) -> Any:
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
-    from mlcore.moe.bench import layer_flops, loop_forward, matmul_peak, round_robin, train_step
+    from mlcore.moe.profile import layer_flops, loop_forward, matmul_peak, round_robin, train_step
 
     device = ctx.device
     torch.manual_seed(params["seed"])

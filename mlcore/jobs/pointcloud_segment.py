@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlcore.charts import bar_chart
+from mlcore.charts import bar_chart, small_multiples
 from mlcore.jobs import Choice, Dataset, Estimate, File, Int, JobContext, JobError, JobSpec, Model, Multi, Seed
 from mlcore.pointcloud.io.formats import CLOUD_SUFFIXES
 from mlcore.pointcloud.labels import LABELS
@@ -281,17 +281,18 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         picks = sorted({0, layers - 1})
         names = [f"MoE layer {i + 1} of {layers}" for i in picks]
         rows = usage_rows(result.usage[:, picks], names)
-        chart = bar_chart(
+        bars = bar_chart(
             "Expert usage per predicted class (top-1 expert)",
             rows,
             x="class",
             y="fraction",
             x_title="Class",
             y_title="Fraction",
+            color="expert",
+            color_title="Expert",
         )
-        chart["encoding"]["color"] = {"field": "expert", "type": "nominal", "title": "Expert"}
-        chart["encoding"]["row"] = {"field": "layer", "type": "nominal", "title": None}
-        ctx.chart("expert_usage", chart)
+        # Vega-Lite's own cell size (20 px per class, 300 px tall), now explicit: facets cannot fit the page.
+        ctx.chart("expert_usage", small_multiples(bars, row="layer", width={"step": 20}, height=300))
         usage_path = ctx.workdir / "expert_usage.json"
         usage_path.write_text(json.dumps({"labels": list(LABELS), "usage": result.usage.tolist()}))
         ctx.artifact("expert_usage.json", usage_path, "application/json")

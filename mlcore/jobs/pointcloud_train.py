@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mlcore.charts import VEGA_LITE, step_lines
+from mlcore.charts import bar_chart, small_multiples, step_lines
 from mlcore.jobs import Bool, Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Multi, Seed
 from mlcore.jobs.binding import bind
 
@@ -158,18 +158,20 @@ def usage_chart(usage: dict[str, list[list[float]]], layer_numbers: Sequence[int
         for li, layer in enumerate(layers)
         for e, share in enumerate(layer)
     ]
-    return {
-        "$schema": VEGA_LITE,
-        "title": "Expert usage by dataset (top-1 expert per point)",
-        "data": {"values": rows},
-        "mark": "bar",
-        "encoding": {
-            "x": {"field": "dataset", "type": "nominal", "title": "Dataset"},
-            "y": {"field": "share", "type": "quantitative", "title": "Share of points", "stack": "normalize"},
-            "color": {"field": "expert", "type": "nominal", "title": "Expert"},
-            "row": {"field": "layer", "type": "nominal", "title": None},
-        },
-    }
+    bars = bar_chart(
+        "Expert usage by dataset (top-1 expert per point)",
+        rows,
+        x="dataset",
+        y="share",
+        x_title="Dataset",
+        y_title="Share of points",
+        keep_order=False,
+        color="expert",
+        color_title="Expert",
+        normalize=True,
+    )
+    # Vega-Lite's own cell size (20 px per dataset, 300 px tall), now explicit: facets cannot fit the page.
+    return small_multiples(bars, row="layer", width={"step": 20}, height=300)
 
 
 def _layout(architecture: str, top_k: int) -> dict[str, Any]:

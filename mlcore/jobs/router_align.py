@@ -2,10 +2,10 @@
 
 The MoE model is a Hugging Face MoE language model (the zoo's ``moe-lm-tiny``, a library item or an
 uploaded checkpoint archive), adapted through :mod:`mlcore.hf` and scored as multiple choice
-(:mod:`mlcore.routing.hf`), or the tiny MoE classifier the benchmark uses (pre-trained in the job
+(:mod:`mlcore.roma.hf`), or the tiny MoE classifier the benchmark uses (pre-trained in the job
 when no model is given, or a library copy). The labelled task set is the built-in multi-task set
 (task identity only implicit; an i.i.d. and a shifted split) or an uploaded JSONL/CSV file
-(:mod:`mlcore.lora.labelled`). Only the routers of the last few MoE layers train. Reports accuracy
+(:mod:`mlcore.lora_moe.labelled`). Only the routers of the last few MoE layers train. Reports accuracy
 before and after for RoMA, CE-only router tuning, C3PO-lite and the per-sample oracle; the fraction
 of the oracle gap each closes; and the k-NN overlap between the task-embedding space and the
 routing space before and after.
@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlcore.charts import VEGA_LITE
+from mlcore.charts import bar_chart, small_multiples, step_lines
 from mlcore.jobs import Choice, Estimate, File, Float, Int, JobContext, JobError, JobSpec, Model, Seed
 from mlcore.jobs.binding import bind
 
 if TYPE_CHECKING:
-    from mlcore.routing.roma import StudyConfig
+    from mlcore.roma.roma import StudyConfig
 
 #: The parameters of RoMA's router tuning (AlignConfig) and of the study around it (StudyConfig);
 #: ``model`` and ``pretrain_steps`` are the job's own.
@@ -177,22 +177,14 @@ spec = JobSpec(
 
 
 def _grouped_bar(title: str, rows: list[dict[str, Any]], y: str, y_title: str) -> dict[str, Any]:
-    return {
-        "$schema": VEGA_LITE,
-        "title": title,
-        "data": {"values": rows},
-        "mark": "bar",
-        "encoding": {
-            "x": {"field": "method", "type": "nominal", "title": None, "sort": None},
-            "y": {"field": y, "type": "quantitative", "title": y_title},
-            "color": {"field": "method", "type": "nominal", "legend": None},
-            "column": {"field": "split", "type": "nominal", "title": "Split"},
-        },
-    }
+    """Bars per method (in the rows' order), one cell per split."""
+    bars = bar_chart(title, rows, x="method", y=y, x_title=None, y_title=y_title, color="method", legend=False)
+    # Vega-Lite's own cell size (20 px per method, 300 px tall), now explicit: facets cannot fit the page.
+    return small_multiples(bars, column="split", column_title="Split", width={"step": 20}, height=300)
 
 
 def _load_classifier(folder: Path) -> Any:
-    from mlcore.routing.model import MoEClassifier
+    from mlcore.roma.model import MoEClassifier
 
     try:
         return MoEClassifier.load(folder)
@@ -204,8 +196,8 @@ def _load_classifier(folder: Path) -> Any:
 def _load_lm(folder: Path, classes: tuple[str, ...], device: Any) -> Any:
     """An adapted HF MoE LM that answers ``classes``; every refusal is a one-line JobError."""
     from mlcore.hf.architectures import HFModelError
-    from mlcore.lora.hf import load_hf_lm
-    from mlcore.routing.hf import HFRoutedLM
+    from mlcore.lora_moe.hf import load_hf_lm
+    from mlcore.roma.hf import HFRoutedLM
 
     model, tokenizer = load_hf_lm(folder, device)
     try:
@@ -226,14 +218,14 @@ def _model_folder(inputs: dict[str, Any]) -> Path | None:
 
 def _task_sets(inputs: dict[str, Any], config: Any, *, text: bool, shifted_length: int) -> tuple[Any, dict[str, Any]]:
     """(train, {split name: test set}): the uploaded task file's train and test rows, or the built-in sets."""
-    from mlcore.routing.roma import builtin_sets
+    from mlcore.roma.roma import builtin_sets
 
     if "task_file" not in inputs:
         return builtin_sets(config, shifted_length=shifted_length, text=text)
     import torch
 
-    from mlcore.lora.labelled import LabelledDataError, load_labelled
-    from mlcore.routing.tasks import TextTaskSet
+    from mlcore.lora_moe.labelled import LabelledDataError, load_labelled
+    from mlcore.roma.tasks import TextTaskSet
 
     try:
         data = load_labelled(Path(inputs["task_file"]))
@@ -249,7 +241,7 @@ def _task_sets(inputs: dict[str, Any], config: Any, *, text: bool, shifted_lengt
 
 
 def _study_config(params: dict[str, Any]) -> StudyConfig:
-    from mlcore.routing.roma import AlignConfig, StudyConfig
+    from mlcore.roma.roma import AlignConfig, StudyConfig
 
     own = ("model", "pretrain_steps")
     align = bind(AlignConfig, params, skip=(*STUDY_PARAMS, *own))
@@ -259,9 +251,9 @@ def _study_config(params: dict[str, Any]) -> StudyConfig:
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
-    from mlcore.routing.model import MoEClassifier, MoEClassifierConfig
-    from mlcore.routing.roma import pretrain_moe, run_study
-    from mlcore.routing.tasks import DIGIT_CLASSES, LENGTH
+    from mlcore.roma.model import MoEClassifier, MoEClassifierConfig
+    from mlcore.roma.roma import pretrain_moe, run_study
+    from mlcore.roma.tasks import DIGIT_CLASSES, LENGTH
     from mlcore.sniff import native_architecture
 
     torch.manual_seed(params["seed"])
@@ -339,16 +331,12 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     )
     ctx.chart(
         "regulariser",
-        {
-            "$schema": VEGA_LITE,
-            "title": "RoMA manifold regulariser Σ W‖r_i − r_j‖² (live routers)",
-            "data": {"values": [{"step": s, "value": v} for s, v in enumerate(out["regulariser"])]},
-            "mark": "line",
-            "encoding": {
-                "x": {"field": "step", "type": "quantitative", "title": "Step"},
-                "y": {"field": "value", "type": "quantitative", "title": "Regulariser"},
-            },
-        },
+        step_lines(
+            "RoMA manifold regulariser Σ W‖r_i − r_j‖² (live routers)",
+            [{"step": s, "value": v} for s, v in enumerate(out["regulariser"])],
+            "value",
+            "Regulariser",
+        ),
     )
     tuned = ctx.workdir / "roma_model"
     out["models"]["roma"].save(tuned)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlcore.charts import VEGA_LITE
+from mlcore.charts import bar_chart, small_multiples
 from mlcore.jobs import Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Seed
 
 DIRECTIONS = ("right", "left", "down", "up")
@@ -124,18 +124,19 @@ def _group_chart(sizes: list[list[int]]) -> dict[str, Any]:
         for layer, counts in enumerate(sizes)
         for group, count in enumerate(counts)
     ]
-    return {
-        "$schema": VEGA_LITE,
-        "title": "Tokens per MoGA group (summed over sampling steps and clips)",
-        "data": {"values": rows},
-        "mark": "bar",
-        "encoding": {
-            "x": {"field": "group", "type": "nominal", "title": "Group"},
-            "y": {"field": "tokens", "type": "quantitative", "title": "Tokens"},
-            "column": {"field": "layer", "type": "nominal", "title": None},
-            "color": {"field": "group", "type": "nominal", "legend": None},
-        },
-    }
+    bars = bar_chart(
+        "Tokens per MoGA group (summed over sampling steps and clips)",
+        rows,
+        x="group",
+        y="tokens",
+        x_title="Group",
+        y_title="Tokens",
+        keep_order=False,
+        color="group",
+        legend=False,
+    )
+    # Vega-Lite's own cell size (20 px per group, 300 px tall), now explicit: facets cannot fit the page.
+    return small_multiples(bars, column="layer", width={"step": 20}, height=300)
 
 
 def _load(folder: Path, device: Any) -> Any:
@@ -271,7 +272,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
 def _judge(clips: Any, digits: Any, directions: Any, params: dict[str, Any]) -> dict[str, float]:
     """The zoo judge's verdict, for the frame count and canvas it was trained on (8 × 16²) only."""
     from mlcore.video.classifier import judge
-    from mlcore.video.zoo import CHECKPOINTS, load_judge
+    from mlcore.zoo.video import CHECKPOINTS, load_judge
 
     if (
         params["frames"] != 8

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlcore.charts import VEGA_LITE
+from mlcore.charts import error_bar_chart
 from mlcore.jobs import Bool, Estimate, Int, JobContext, JobError, JobSpec, Model, Multi, Seed
 from mlcore.jobs.binding import bind
 
@@ -261,26 +261,21 @@ def charts(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             {"attack": r["attack"], "method": r["method"], "value": r[value], "lo": r[ci][0], "hi": r[ci][1]}
             for r in rows
         ]
-        x = {"field": "attack", "type": "nominal", "sort": None, "title": None}
-        return {
-            "$schema": VEGA_LITE,
-            "title": title,
-            "data": {"values": data},
-            "width": {"step": 14},
-            "encoding": {"x": x, "xOffset": {"field": "method"}, "color": {"field": "method", "type": "nominal"}},
-            "layer": [
-                {
-                    "mark": "bar",
-                    "encoding": {
-                        "y": {"field": "value", "type": "quantitative", "title": title, "scale": {"domain": [0, 1]}}
-                    },
-                },
-                {
-                    "mark": {"type": "rule", "color": "black"},
-                    "encoding": {"y": {"field": "lo", "type": "quantitative"}, "y2": {"field": "hi"}},
-                },
-            ],
-        }
+        return error_bar_chart(
+            title,
+            data,
+            x="attack",
+            y="value",
+            low="lo",
+            high="hi",
+            x_title=None,
+            y_title=title,
+            group="method",
+            group_title="method",
+            x_order="rows",
+            y_domain=(0, 1),
+            bar_width=14,
+        )
 
     return {
         "bit_accuracy": bars("bit_accuracy", "bit_accuracy_ci", "Bit accuracy per attack"),

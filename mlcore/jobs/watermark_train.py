@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlcore.charts import VEGA_LITE
+from mlcore.charts import lines
 from mlcore.jobs import Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Seed
 from mlcore.jobs.binding import bind
 
@@ -226,17 +226,18 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
 def _charts(ctx: JobContext, history: list[dict[str, Any]]) -> None:
     def line(title: str, fields: list[tuple[str, str]], y_title: str) -> dict[str, Any]:
         rows = [{"step": r["step"], "value": r[f], "series": label} for r in history for f, label in fields]
-        return {
-            "$schema": VEGA_LITE,
-            "title": title,
-            "data": {"values": rows},
-            "mark": {"type": "line", "point": True},
-            "encoding": {
-                "x": {"field": "step", "type": "quantitative", "title": "Step"},
-                "y": {"field": "value", "type": "quantitative", "title": y_title, "scale": {"zero": False}},
-                "color": {"field": "series", "type": "nominal", "title": None},
-            },
-        }
+        return lines(
+            title,
+            rows,
+            x="step",
+            y="value",
+            x_title="Step",
+            y_title=y_title,
+            color="series",
+            color_title=None,
+            points=True,
+            y_zero=False,
+        )
 
     ctx.chart(
         "bit_accuracy",

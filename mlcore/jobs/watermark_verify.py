@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlcore.charts import VEGA_LITE
+from mlcore.charts import bar_chart, with_rules
 from mlcore.jobs import Dataset, Estimate, File, Float, JobContext, JobError, JobSpec, Model
 from mlcore.watermark.disclosure import FOREIGN_MATCHES, OWN_FIELDS, PUBLIC_WEIGHTS_NOTE
 
@@ -197,16 +197,9 @@ def _image_paths(inputs: dict[str, Any]) -> list[tuple[Path, str]]:
 def _verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Images by verdict: the chart when no row may show its score (every best key another team's)."""
     counts = {v: sum(r["verdict"] == v for r in rows) for v in ("detected", "inconclusive", "not detected")}
-    return {
-        "$schema": VEGA_LITE,
-        "title": "Images by verdict",
-        "data": {"values": [{"verdict": v, "images": n} for v, n in counts.items()]},
-        "mark": "bar",
-        "encoding": {
-            "x": {"field": "verdict", "type": "nominal", "sort": list(counts), "title": "verdict"},
-            "y": {"field": "images", "type": "quantitative", "title": "images"},
-        },
-    }
+    # One row per verdict in a fixed order, zero counts included: keeping the rows' order fixes the axis.
+    values = [{"verdict": v, "images": n} for v, n in counts.items()]
+    return bar_chart("Images by verdict", values, x="verdict", y="images", x_title="verdict", y_title="images")
 
 
 def _histogram(rows: list[dict[str, Any]], thresholds: dict[str, Any]) -> dict[str, Any]:
@@ -221,35 +214,22 @@ def _histogram(rows: list[dict[str, Any]], thresholds: dict[str, Any]) -> dict[s
         for name, label in (("detect_bits", "detection"), ("suspicious_bits", "suspicious"))
         if thresholds[name] is not None
     ]
-    return {
-        "$schema": VEGA_LITE,
-        "title": "Images by bits matched",
-        "layer": [
-            {
-                "data": {"values": values},
-                "mark": "bar",
-                "encoding": {
-                    "x": {
-                        "field": "bits_matched",
-                        "type": "quantitative",
-                        "title": "bits matched (S)",
-                        "scale": {"domain": [0, thresholds["num_bits"]]},
-                    },
-                    "y": {"field": "images", "type": "quantitative", "aggregate": "sum", "title": "images"},
-                    "color": {
-                        "field": "verdict",
-                        "type": "nominal",
-                        "scale": {"domain": ["detected", "inconclusive", "not detected"]},
-                    },
-                },
-            },
-            {
-                "data": {"values": rules},
-                "mark": {"type": "rule", "strokeDash": [4, 3]},
-                "encoding": {"x": {"field": "bits", "type": "quantitative"}, "tooltip": [{"field": "threshold"}]},
-            },
-        ],
-    }
+    # One row per (bits, verdict): the bars of one S stack by verdict, each colour fixed per verdict.
+    bars = bar_chart(
+        "Images by bits matched",
+        values,
+        x="bits_matched",
+        y="images",
+        x_title="bits matched (S)",
+        y_title="images",
+        x_type="quantitative",
+        keep_order=False,
+        x_domain=(0, thresholds["num_bits"]),
+        color="verdict",
+        color_title="verdict",
+        color_domain=["detected", "inconclusive", "not detected"],
+    )
+    return with_rules(bars, rules, at="bits", label="threshold")
 
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:

@@ -133,7 +133,7 @@ class TrainConfig:
     scenes: int
     lr: float = 3e-3
     weight_decay: float = 0.05
-    warmup: float = 0.05  #: fraction of steps
+    warmup_fraction: float = 0.05  #: the warm-up, as a fraction of the steps
     balance: float = 0.0  #: α of the balance loss
     mixed: bool = True  #: mixed-dataset batches; False draws each batch from one dataset
     clip: float = 1.0
@@ -238,7 +238,7 @@ def train(
         first = state["step"]
     result.steps = first
     start = time.perf_counter() - result.seconds
-    warmup_steps = max(1, int(cfg.warmup * cfg.steps))
+    warmup_steps = max(1, int(cfg.warmup_fraction * cfg.steps))
     for step in range(first, cfg.steps):
         for group in opt.param_groups:
             group["lr"] = cfg.lr * warmup_cosine(step, steps=cfg.steps, warmup_steps=warmup_steps)

@@ -345,5 +345,18 @@ def generate(
     return x.clamp(-1, 1)
 
 
+def generate_in_chunks(
+    model: VideoDiT, digits: Tensor, directions: Tensor, *, chunk: int = 40, seed: int = 0, **options: Any
+) -> Tensor:
+    """:func:`generate` for many labels, ``chunk`` clips at a time (the memory of one batch), the
+    chunk starting at label ``s`` seeded ``seed + s``, so a run is the same whatever else it samples."""
+    return torch.cat(
+        [
+            generate(model, digits[s : s + chunk], directions[s : s + chunk], seed=seed + s, **options)
+            for s in range(0, len(digits), chunk)
+        ]
+    )
+
+
 def describe(config: TrainConfig) -> dict[str, Any]:
     return asdict(config)

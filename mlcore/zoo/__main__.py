@@ -4,9 +4,11 @@
 held-out split of every source and writes the commit-ready checkpoint to
 ``mlcore/zoo/checkpoints/NAME/``; ``--seed N`` trains the same recipe under another training seed in
 ``var/zoo/NAME-sN`` and writes to ``var/zoo-seeds/NAME-sN`` (robustness studies, never committed).
-Language models are trained here; the other models' recipes live beside their code (watermarking,
-point clouds, video, LoRA experts) and ``train NAME`` hands the rest of the command line to them,
-so one command trains every zoo model.
+Language models are trained here; every other model's recipe is a module of this package
+(``molm`` for watermarking, ``lora_base`` for the encoder LoRA experts adapt, ``pointcloud``,
+``video``) with a ``main(argv)`` of its own, and ``train NAME`` hands the rest of the command line
+to it, so one command trains every zoo model with that recipe's flags (``--device``,
+``--cpu-minutes`` and ``--wall-minutes`` for video, ``--threads``, ``--workdir`` and ``--out`` for all).
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from pathlib import Path
 from mlcore.zoo.lm import CHECKPOINTS, ROOT
 from mlcore.zoo.recipes import RECIPES, get_recipe
 
-#: Zoo models trained by their own package's recipe: name → (module with ``main(argv)``, leading argv).
+#: Zoo models trained by a recipe module of their own: name → (module with ``main(argv)``, leading argv).
 OTHER_RECIPES: dict[str, tuple[str, list[str]]] = {
     "molm-tiny": ("mlcore.zoo.molm", ["train"]),
-    "lora-base-tiny": ("mlcore.lora.zoo", ["train"]),
-    "pointmoe-synmix": ("mlcore.pointcloud.zoo", ["train", "pointmoe-synmix"]),
-    "ptv3-synmix-dense": ("mlcore.pointcloud.zoo", ["train", "ptv3-synmix-dense"]),
-    "video-dit-digits": ("mlcore.video.zoo", ["train", "video-dit-digits"]),
-    "video-judge": ("mlcore.video.zoo", ["train", "video-judge"]),
+    "lora-base-tiny": ("mlcore.zoo.lora_base", ["train", "lora-base-tiny"]),
+    "pointmoe-synmix": ("mlcore.zoo.pointcloud", ["train", "pointmoe-synmix"]),
+    "ptv3-synmix-dense": ("mlcore.zoo.pointcloud", ["train", "ptv3-synmix-dense"]),
+    "video-dit-digits": ("mlcore.zoo.video", ["train", "video-dit-digits"]),
+    "video-judge": ("mlcore.zoo.video", ["train", "video-judge"]),
 }
 
 

@@ -37,7 +37,7 @@ MODELS: tuple[BuiltinItem, ...] = (
             "Pre-LN Transformer encoder, d=64, 2 layers, 4 heads, FFN 128, pre-trained on copy, reverse, prefix sum "
             "and sort of 8 digits; the frozen base of lora-moe-finetune (python -m mlcore.zoo train lora-base-tiny)."
         ),
-        builder="mlcore.lora.zoo:build_lora_base_tiny",
+        builder="mlcore.zoo.lora_base:build_lora_base_tiny",
         card={"architecture": "lora-tiny-encoder", "recipe": "lora-base-tiny"},
         stamp="mlcore/zoo/checkpoints/lora-base-tiny/manifest.json",
     ),
@@ -63,7 +63,7 @@ MODELS: tuple[BuiltinItem, ...] = (
             "top-2; trained jointly on SynMix A-D with mixed batches "
             "(python -m mlcore.zoo train pointmoe-synmix)."
         ),
-        builder="mlcore.pointcloud.zoo:build_pointmoe_synmix",
+        builder="mlcore.zoo.pointcloud:build_pointmoe_synmix",
         card={"architecture": "ptv3-lite", "placement": "proj", "experts": 4, "top_k": 2, "recipe": "pointmoe-synmix"},
         stamp="mlcore/zoo/checkpoints/pointmoe-synmix/manifest.json",
     ),
@@ -73,9 +73,9 @@ MODELS: tuple[BuiltinItem, ...] = (
         title="Dense PTv3-lite segmenter (the Point-MoE model's twin)",
         description=(
             "The same PTv3-lite with W_o as one gated MLP of width 2C (equal active compute), same data and schedule "
-            "(python -m mlcore.pointcloud.zoo train ptv3-synmix-dense)."
+            "(python -m mlcore.zoo train ptv3-synmix-dense)."
         ),
-        builder="mlcore.pointcloud.zoo:build_ptv3_synmix_dense",
+        builder="mlcore.zoo.pointcloud:build_ptv3_synmix_dense",
         card={"architecture": "ptv3-lite", "placement": "dense", "recipe": "ptv3-synmix-dense"},
         stamp="mlcore/zoo/checkpoints/ptv3-synmix-dense/manifest.json",
     ),
@@ -86,9 +86,9 @@ MODELS: tuple[BuiltinItem, ...] = (
         description=(
             "Class-conditional pixel DiT (VideoDiT): 8 frames of 16×16, patch (1, 4, 4) → 128 tokens, d=64, 4 blocks, "
             "dense FFN; conditioned on digit × direction with a CFG null class; trained with full, MoGA + local and "
-            "local attention cycled (python -m mlcore.video.zoo train video-dit-digits)."
+            "local attention cycled (python -m mlcore.zoo train video-dit-digits)."
         ),
-        builder="mlcore.video.zoo:build_video_dit_digits",
+        builder="mlcore.zoo.video:build_video_dit_digits",
         card={"architecture": "video-dit", "frames": 8, "resolution": 16, "recipe": "video-dit-digits"},
         stamp="mlcore/zoo/checkpoints/video-dit-digits/manifest.json",
     ),
@@ -98,9 +98,9 @@ MODELS: tuple[BuiltinItem, ...] = (
         title="Bouncing-digits judge (digit and direction)",
         description=(
             "A small 3-D CNN that names the digit and motion direction of an 8×16×16 clip; grades generated clips and "
-            "gives the features of the Fréchet classifier distance (python -m mlcore.video.zoo train video-judge)."
+            "gives the features of the Fréchet classifier distance (python -m mlcore.zoo train video-judge)."
         ),
-        builder="mlcore.video.zoo:build_video_judge",
+        builder="mlcore.zoo.video:build_video_judge",
         card={"architecture": "clip-classifier", "recipe": "video-judge"},
         stamp="mlcore/zoo/checkpoints/video-judge/manifest.json",
     ),

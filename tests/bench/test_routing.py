@@ -87,8 +87,8 @@ def test_the_roma_verdict_needs_roma_ahead_of_ce_only_in_every_seed():
 
 
 def test_the_ld_mole_cache_key_names_the_mixture_sizes_so_a_resized_contender_is_recomputed():
-    from mlcore.lora.mixture import MixtureConfig
-    from mlcore.lora.pipeline import FinetuneConfig
+    from mlcore.lora_moe.mixture import MixtureConfig
+    from mlcore.lora_moe.pipeline import FinetuneConfig
 
     config = FinetuneConfig(steps=120, batch_size=32, train_examples=2000, seed=1)
     keys = {
@@ -126,10 +126,10 @@ def test_the_ld_mole_verdict_reports_the_variant_without_its_sparsity_loss_when_
 
 def test_a_cached_only_section_reads_the_finished_configurations_and_names_the_missing_ones(tmp_path, monkeypatch):
 
-    from mlcore.lora import pipeline
-    from mlcore.lora.base import EncoderConfig, TinyEncoder
-    from mlcore.lora.budget import matched_mixtures
-    from mlcore.lora.mixture import MixtureConfig
+    from mlcore.lora_moe import pipeline
+    from mlcore.lora_moe.base import EncoderConfig, TinyEncoder
+    from mlcore.lora_moe.budget import matched_mixtures
+    from mlcore.lora_moe.mixture import MixtureConfig
 
     monkeypatch.setattr(routing, "CACHE", Store(tmp_path / "routing.jsonl"))
     monkeypatch.setattr(pipeline, "finetune", lambda *a, **k: pytest.fail("a cached-only section must not train"))

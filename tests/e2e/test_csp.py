@@ -2,7 +2,8 @@
 drawn (an SVG of nonzero size) without one violation, and so are the pages around them.
 
 The charts: the real charts of a kind run in-process (``moe-planner``), every builder in
-``mlcore/charts.py`` (layered line with a band, heatmap, scatter, step lines, bars), the test
+``mlcore/charts.py`` (layered line with a band, heatmap, scatter, lines, step lines, bars, grouped
+bars with a reference tick, error bars, threshold rules, small multiples), the test
 kind's live curve, and the shapes a kind may write by hand: faceted, concatenated, and specs with
 expressions (a calculate transform, a filter, tooltip formats), which Vega would compile with
 ``new Function`` if it were not using its interpreter.
@@ -123,6 +124,18 @@ def every_chart() -> dict[str, dict[str, Any]]:
     )
     specs["step-lines"] = charts.step_lines("Curve", ROWS, "loss", "Loss", color="method")
     specs["bars"] = charts.bar_chart("Bars", ROWS[:4], x="method", y="loss", x_title="Method", y_title="Loss")
+    by_step = {"x": "step", "y": "loss", "x_title": "Step", "y_title": "Loss"}
+    specs["lines"] = charts.lines("Lines", ROWS, **by_step, color="method", points=True, y_zero=False)
+    specs["grouped-bars-with-reference"] = charts.grouped_bar_chart(
+        "Grouped", ROWS, **by_step, group="method", group_title="Method", reference="high"
+    )
+    specs["error-bars"] = charts.error_bar_chart(
+        "Error bars", ROWS, **by_step, low="low", high="high", group="method", bar_width=14
+    )
+    stacked = charts.bar_chart("Stacked", ROWS, **by_step, color="method", normalize=True)
+    specs["bars-with-rules"] = charts.with_rules(stacked, [{"at": 3, "name": "threshold"}], at="at", label="name")
+    cells = charts.bar_chart("Cells", ROWS, x="method", y="loss", x_title=None, y_title="Loss", color="method")
+    specs["small-multiples"] = charts.small_multiples(cells, column="step", width={"step": 20}, height=120)
     specs.update(hand_written_specs())
     return specs
 

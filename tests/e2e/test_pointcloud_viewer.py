@@ -137,3 +137,11 @@ def test_a_labelled_cloud_is_drawn_in_webgl_with_a_legend_and_a_colour_toggle(
     page.mouse.move(box["x"] + box["width"] / 2 + 120, box["y"] + box["height"] / 2 + 30, steps=5)
     page.mouse.up()
     assert int((np.abs(canvas_pixels(page) - labels_view).max(axis=1) > 8).sum()) > drawn / 4
+
+    # The scene's background is the page's surface colour in each theme (the --surface token holds
+    # both themes' colours; the viewer resolves it for the theme in force): white, then #171a21.
+    assert near(labels_view[:1], np.array([255, 255, 255])) == 1
+    page.emulate_media(color_scheme="dark")
+    page.reload()
+    expect(viewer).to_have_attribute("data-rendered", "done", timeout=30_000)
+    assert near(canvas_pixels(page)[:1], np.array([23, 26, 33])) == 1, canvas_pixels(page)[0]

@@ -75,6 +75,18 @@ function button(label, mode) {
   return b;
 }
 
+// The page's surface colour as rgb(): the --surface token is light-dark(light, dark), which only a
+// colour property resolves (for this element's theme), so a hidden probe carries it.
+function surfaceColour(element) {
+  const probe = document.createElement("span");
+  probe.hidden = true;
+  probe.style.color = "var(--surface)";
+  element.append(probe);
+  const colour = getComputedStyle(probe).color;
+  probe.remove();
+  return colour || "#ffffff";
+}
+
 function legendBadge(id, entry, count) {
   const badge = document.createElement("span");
   badge.className = "badge";
@@ -185,7 +197,7 @@ export async function renderPointCloud(element, { url, name }) {
   renderer.domElement.setAttribute("aria-label", `${name || "Point cloud"} in 3D: drag to turn, scroll to zoom, right-drag to pan`);
   renderer.domElement.title = "Drag to turn · scroll to zoom · right-drag to pan";
   stage.append(renderer.domElement);
-  const background = getComputedStyle(element).getPropertyValue("--surface").trim() || "#ffffff";
+  const background = surfaceColour(element);
   const scene = new THREE.Scene();
   scene.background = new THREE.Color(background);
 

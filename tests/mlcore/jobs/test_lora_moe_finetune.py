@@ -2,7 +2,7 @@ import pytest
 
 from mlcore.jobs import InMemoryContext, JobError, ValidationError
 from mlcore.jobs.lora_moe_finetune import run, spec
-from mlcore.lora.zoo import CHECKPOINT
+from mlcore.zoo.lora_base import CHECKPOINT
 
 
 def _params(**overrides):

@@ -7,7 +7,7 @@ from mlcore.jobs.registry import get_kind
 from mlcore.jobs.runner import execute, prepare
 from mlcore.video.dit import VideoDiT
 from mlcore.video.media import probe_mp4
-from mlcore.video.zoo import CHECKPOINTS
+from mlcore.zoo.video import CHECKPOINTS
 
 FAST = {"clips": 2, "frames": 4, "resolution": 8, "steps": 3, "seed": 0}
 

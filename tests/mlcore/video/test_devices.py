@@ -9,7 +9,7 @@ import torch
 
 from mlcore.video.classifier import ClipClassifier
 from mlcore.video.pipeline import TrainConfig, TrainState, load_state, make_optimiser, save_state, train
-from mlcore.video.zoo import CHECKPOINTS, VideoDiTRecipe, build_parser, train_dit
+from mlcore.zoo.video import CHECKPOINTS, VideoDiTRecipe, build_parser, train_dit
 
 TINY_RECIPE_MODEL = {
     "patch_size": (1, 4, 4),
@@ -126,7 +126,7 @@ def test_the_zoo_dit_resumes_its_saved_state_and_logs_wall_seconds_and_device(tm
     assert [entry["step"] for entry in log] == [1, 2, 3]
     assert all(entry["device"] == "cpu" and entry["wall_seconds"] >= 0 for entry in log)
     # The export is float16 on the CPU whatever the device it trained on.
-    from mlcore.video.zoo import load_dit
+    from mlcore.zoo.video import load_dit
 
     assert load_dit(tmp_path / "b").device.type == "cpu"
 

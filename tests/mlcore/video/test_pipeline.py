@@ -83,6 +83,24 @@ def test_sampling_is_deterministic_per_seed_and_guidance_changes_it(tiny_dit):
     assert a.min() >= -1 and a.max() <= 1
 
 
+def test_sampling_in_chunks_seeds_each_chunk_by_its_first_label(tiny_dit):
+    from mlcore.video.pipeline import generate_in_chunks
+
+    model = tiny_dit()
+    for parameter in model.parameters():
+        torch.nn.init.normal_(parameter, std=0.1)
+    digits, directions = torch.tensor([1, 2, 3]), torch.tensor([0, 3, 1])
+    options = {"frames": 2, "size": 8, "steps": 3}
+    chunked = generate_in_chunks(model, digits, directions, chunk=2, seed=5, **options)
+    by_hand = torch.cat(
+        [
+            generate(model, digits[:2], directions[:2], seed=5, **options),
+            generate(model, digits[2:], directions[2:], seed=7, **options),
+        ]
+    )
+    assert torch.equal(chunked, by_hand)
+
+
 def test_a_cancel_stops_sampling_within_one_step(tiny_dit):
     calls = []
 

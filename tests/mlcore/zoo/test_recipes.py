@@ -86,3 +86,22 @@ def test_every_zoo_model_trains_through_the_one_zoo_command() -> None:
         assert item.name in RECIPES or item.name in OTHER_RECIPES, f"{item.name} has no recipe"
     for name, (module, _) in OTHER_RECIPES.items():
         assert callable(getattr(importlib.import_module(module), "main", None)), f"{name}: {module}.main"
+
+
+@pytest.mark.parametrize(
+    ("name", "flags"),
+    [
+        ("video-dit-digits", ("--device", "--cpu-minutes", "--wall-minutes", "--threads", "--workdir", "--out")),
+        ("pointmoe-synmix", ("--threads", "--workdir", "--out")),
+        ("lora-base-tiny", ("--threads", "--workdir", "--out")),
+    ],
+)
+def test_the_one_zoo_command_takes_each_recipes_own_flags(name, flags, capsys) -> None:
+    from mlcore.zoo.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", name, "--help"])
+    assert exit_.value.code == 0
+    usage = capsys.readouterr().out
+    assert usage.startswith("usage: python -m mlcore.zoo train")
+    assert all(flag in usage for flag in flags), usage

@@ -11,9 +11,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from bench.platform import fill
 from webapp.accounts.models import Membership, Role, Team
 from webapp.dashboard.views import PAGE_SIZE
-from webapp.jobs.benchmark import fill
 from webapp.jobs.models import Job
 
 URL = "/t/routing-lab/"

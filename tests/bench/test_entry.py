@@ -1,0 +1,27 @@
+"""``python -m bench``: the studies it lists, and the platform benchmark it runs by name with Django set up."""
+
+import importlib
+import subprocess
+import sys
+
+from bench import BENCHMARKS, DJANGO_BENCHMARKS
+
+
+def test_make_bench_lists_the_studies_but_not_the_platform_benchmark_which_needs_its_own_database() -> None:
+    listed = subprocess.run(
+        [sys.executable, "-m", "bench", "--list"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert listed == list(BENCHMARKS)
+    assert "platform" in DJANGO_BENCHMARKS and "platform" not in listed
+
+
+def test_every_platform_benchmark_module_writes_its_results_through_run() -> None:
+    # Imported the way python -m bench imports it: after django.setup() (pytest-django has run it).
+    for module in DJANGO_BENCHMARKS.values():
+        assert callable(importlib.import_module(module).run), module
+
+
+def test_an_unknown_benchmark_is_refused_with_the_known_names() -> None:
+    done = subprocess.run([sys.executable, "-m", "bench", "no-such-study"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "platform" in done.stderr and "routing" in done.stderr
