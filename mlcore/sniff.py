@@ -6,7 +6,7 @@ ratio, refusing links and paths that leave the target directory (zip slip, tar b
 
 Used by the job layer (uploads, ``mlcore.jobs.runner``) and by the item kinds' checks
 (``mlcore.items``) alike, so it sits below both, beside the method packages: it asks
-:mod:`mlcore.pointcloud.io.formats` about point clouds. ``mlcore.jobs.sniff`` re-exports it.
+:mod:`mlcore.pointcloud.io.formats` about point clouds.
 """
 
 from __future__ import annotations
