@@ -1,12 +1,13 @@
-"""Vega-Lite v5 chart specs shared by the job kinds (``ctx.chart``): every chart has a title, axis
-titles and units. Plain dicts, no plotting library, so job specs can import it in the web process."""
+"""Vega-Lite chart specs shared by the job kinds, the reports and the web (``ctx.chart``): every chart
+has a title, axis titles and units. Plain dicts, no plotting library, so job specs can import it in
+the web process. One major version everywhere: the browser's vega-lite, vl-convert's PNGs, altair."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Literal
 
-VEGA_LITE = "https://vega.github.io/schema/vega-lite/v5.json"
+VEGA_LITE = "https://vega.github.io/schema/vega-lite/v6.json"
 
 # How a discrete axis orders its categories: Vega-Lite's ascending default, the rows' own order, or
 # an explicit list (a kind's fixed split or motif order, whatever order its rows arrive in).

@@ -25,7 +25,7 @@ from webapp.jobs.models import Job
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-VL = "https://vega.github.io/schema/vega-lite/v5.json"
+VL = "https://vega.github.io/schema/vega-lite/v6.json"
 ROWS = [
     {"step": s, "loss": 1 / (s + 1), "method": m, "low": 0.5 / (s + 1), "high": 1.5 / (s + 1)}
     for s in range(8)

@@ -53,7 +53,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         ctx.chart(
             "loss",
             {
-                "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+                "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
                 "title": "Loss",
                 "data": {"values": points},
                 "mark": "line",

@@ -14,9 +14,8 @@ from typing import Any
 
 from django.http import Http404
 
+from mlcore.charts import VEGA_LITE
 from webapp.jobs.models import Job
-
-VEGA_LITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
 
 
 def safe_filename(name: str) -> str:
@@ -77,7 +76,7 @@ def series_overlay(name: str, jobs: Sequence[Job]) -> dict[str, Any]:
         for point in (job.metrics or {}).get("series", {}).get(name, [])
     ]
     return {
-        "$schema": VEGA_LITE_SCHEMA,
+        "$schema": VEGA_LITE,
         "title": name,
         "data": {"values": values},
         "mark": {"type": "line", "point": len(values) <= 60},
