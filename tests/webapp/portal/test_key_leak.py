@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -91,8 +92,9 @@ def test_an_outsiders_verify_job_shows_nothing_of_another_teams_key(
     assert job.submitted_from == "203.0.113.9"
     assert run_job(str(job.pk)) == "succeeded", Job.objects.get(pk=job.pk).error
     shown = _outputs(job)
-    for secret in (victim.public_id, "spring campaign", decoded[0], *decoded[1:], f"key:{victim.pk}"):
+    for secret in (victim.public_id, "spring campaign", decoded[0], *decoded[1:]):
         assert secret not in shown
+    assert not re.search(rf"key:{victim.pk}(?![A-Za-z0-9_-])", shown)  # an opaque id may start with its digits
     rows = json.loads(next(a for a in job.artifacts.all() if a.name == "results.json").file.read())["images"]
     assert rows[0] == {"image": "00.png", "verdict": "detected", "organisation": "Routing Lab", "searched": "every key"}
     assert PUBLIC_WEIGHTS_NOTE in shown  # the zoo extractor is the public demo one
