@@ -94,6 +94,14 @@ def disclose_match(match: Match, *, all_own: bool) -> dict[str, Any]:
 
 
 def _sha256(path: Path) -> str:
+    """sha256 of a file, read once per process while its size and mtime stay the same: every portal
+    check and verify job asks about the same few extractor files."""
+    stat = path.stat()
+    return _sha256_of(path.resolve(), stat.st_size, stat.st_mtime_ns)
+
+
+@cache
+def _sha256_of(path: Path, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(1 << 20):

@@ -45,21 +45,10 @@ def warm_up() -> None:
     log.info("verify: the watermark extractor is loaded and waiting for checks")
 
 
-_public: dict[Path, bool] = {}
-
-
-def rests_on_public_weights(path: Path) -> bool:
-    """Whether the extractor is the committed demo one (hashed once per worker process)."""
-    from mlcore.watermark.disclosure import rests_on_public_weights as check
-
-    if path not in _public:
-        _public[path] = check(path)
-    return _public[path]
-
-
 def answer(request_id: str, images: list[str], only_teams: list[int] | None = None) -> str:
     """Decode and match; store the full answer for the waiting web request, which shows each viewer
     only what ``webapp.portal.services.view_for`` allows. ``only_teams``: search those teams' keys only."""
+    from mlcore.watermark.disclosure import rests_on_public_weights
     from mlcore.watermark.keys import InvalidKey
     from mlcore.watermark.verification import BadImage, cached_extractor, open_image, verify
     from webapp.portal.services import keyring_records
@@ -92,7 +81,7 @@ def answer(request_id: str, images: list[str], only_teams: list[int] | None = No
     teams = dict(WatermarkKey.objects.values_list("public_id", "team_id"))
     result = {
         "thresholds": thresholds.describe(),
-        "public_weights": rests_on_public_weights(folder),
+        "public_weights": rests_on_public_weights(folder),  # its files are hashed once per process
         "images": [{**m.describe(), "team_id": teams.get(m.key.id) if m.key is not None else None} for m in matches],
     }
     pending.update(result=result, answered_at=timezone.now())
