@@ -20,20 +20,29 @@ from mlcore.hf.adapter import MoEAdapter
 
 
 def average_linkage(points: Tensor, clusters: int) -> list[list[int]]:
-    """Agglomerative clustering with average linkage into ``clusters`` groups (deterministic ties)."""
-    distance = torch.cdist(points.double(), points.double())
-    groups = [[i] for i in range(len(points))]
-    while len(groups) > clusters:
-        best, pair = float("inf"), (0, 1)
-        for a in range(len(groups)):
-            for b in range(a + 1, len(groups)):
-                d = distance[groups[a]][:, groups[b]].mean().item()
-                if d < best:
-                    best, pair = d, (a, b)
-        a, b = pair
-        groups[a] = sorted(groups[a] + groups[b])
-        del groups[b]
-    return groups
+    """Agglomerative clustering with average linkage into ``clusters`` groups, each sorted, listed by
+    their smallest member.
+
+    scipy's ``linkage(method="average")`` (UPGMA, in C) records the merges in the order it makes
+    them, always joining the two clusters with the smallest mean pairwise Euclidean distance; the
+    first ``n - clusters`` merges give the groups. A tree cut by height (``fcluster``) would not:
+    equal heights are cut together. Same groups as the O(E³) pairwise loop it replaced (kept in
+    the tests as the reference), ties aside: 256 experts take milliseconds instead of minutes.
+    """
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import pdist
+
+    count = len(points)
+    if not 1 <= clusters <= count:
+        raise ValueError(f"cannot form {clusters} clusters from {count} points")
+    if clusters == count:
+        return [[i] for i in range(count)]
+    data = points.detach().double().cpu().numpy()
+    merges = linkage(pdist(data), method="average")
+    members: dict[int, list[int]] = {i: [i] for i in range(count)}
+    for step, (a, b) in enumerate(merges[: count - clusters, :2].astype(int)):
+        members[count + step] = members.pop(a) + members.pop(b)
+    return sorted(sorted(group) for group in members.values())
 
 
 def plan_hcsmoe(adapter: MoEAdapter, calibration: Calibration, keep: int) -> CompressionPlan:

@@ -13,22 +13,24 @@ from mlcore.hf.adapter import MoEAdapter
 
 def sizes(model: nn.Module, adapter: MoEAdapter) -> dict[str, int]:
     """Parameters and bytes the checkpoint stores, and what serving needs ("effective"): a novice
-    costs its vector of H numbers instead of its expert's weights."""
+    costs its vector of H numbers instead of its expert's weights. Bytes come from each tensor's
+    own dtype (a bfloat16 checkpoint with float32 routers counts 2 and 4 bytes respectively)."""
     stored = sum(p.numel() for p in model.parameters())
-    element = next(model.parameters()).element_size()
-    saved = 0
+    stored_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    saved = saved_bytes = 0
     for info in adapter.layers:
-        per_expert = (
-            (info.experts.gate_up_proj[0].numel() + info.experts.down_proj[0].numel()) if info.num_experts else 0
-        )
+        tensors = [p for p in info.experts.parameters(recurse=False)]
+        per_expert = sum(p[0].numel() for p in tensors) if info.num_experts else 0
+        per_expert_bytes = sum(p[0].numel() * p.element_size() for p in tensors) if info.num_experts else 0
+        element = tensors[0].element_size() if tensors else 0
         for _ in adapter.novices.get(info.index, {}):
             saved += per_expert - info.hidden
-    effective = stored - saved
+            saved_bytes += per_expert_bytes - info.hidden * element
     return {
         "parameters_stored": stored,
-        "parameters_effective": effective,
-        "bytes_stored": stored * element,
-        "bytes_effective": effective * element,
+        "parameters_effective": stored - saved,
+        "bytes_stored": stored_bytes,
+        "bytes_effective": stored_bytes - saved_bytes,
     }
 
 
@@ -47,6 +49,8 @@ def heatmap(title: str, rows: list[dict[str, Any]], field: str, *, scheme: str =
         value_title=field,
         scheme=None if nominal else scheme,
         value_type="nominal" if nominal else "quantitative",
+        # Fates keep one colour in every map, whichever of them this plan produced.
+        value_colors=charts.EXPERT_FATES if nominal else None,
     )
 
 

@@ -1,5 +1,6 @@
-"""One adapter over Hugging Face MoE causal LMs (transformers 5.x): Mixtral, Qwen2-MoE, Qwen3-MoE,
-OLMoE, DeepSeek-V2/V3 and GPT-OSS. See docs/hf-support.md for what works on which architecture.
+"""One adapter over Hugging Face MoE causal LMs (transformers 5.x), every family whose experts are
+stacked tensors beside a router (found by structure, :mod:`mlcore.hf.discovery`). See
+docs/hf-support.md for what works on which family.
 
 Importing this package does not import torch or transformers until a function needs them.
 """

@@ -12,7 +12,8 @@ sees them, and ``save`` writes them to a checkpoint that ``mlcore.hf.load_model`
 
 from __future__ import annotations
 
-import re
+import copy
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,14 +25,14 @@ import torch
 from torch import Tensor, nn
 
 from mlcore.hf import routing
-from mlcore.hf.architectures import SUPPORTED, ArchSpec, HFModelError, arch_spec, group_limited
-from mlcore.hf.novices import EXPERT_TENSORS, novice_state, routing_args, set_novices, slice_novices
+from mlcore.hf.architectures import ArchSpec, HFModelError, arch_spec, group_limited
+from mlcore.hf.discovery import COUNT_ATTRS, MoEBlock, find_moe_blocks
+from mlcore.hf.families import EXPERT_COUNT_FIELDS
+from mlcore.hf.novices import clear_novices, novice_state, routing_args, set_novices, slice_novices
 from mlcore.hf.support import support_for
 
 RoutingCallback = Callable[[int, Tensor, Tensor, Tensor | None], Any]
 ExpertOutputCallback = Callable[[int, int, Tensor, Tensor, Tensor], Any]
-
-_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 @dataclass(frozen=True)
@@ -47,63 +48,71 @@ class MoELayerInfo:
     intermediate: int
     router: nn.Module
     experts: nn.Module
+    #: What discovery found (block module, router tensors, shared-expert names).
+    block: MoEBlock
 
 
 def adapt(model: nn.Module) -> MoEAdapter:
-    """The adapter for a transformers MoE causal LM; a one-line error for anything else."""
+    """The adapter for a transformers MoE causal LM of any family (found by structure, see
+    ``mlcore.hf.discovery``); a one-line error for anything else."""
     config = getattr(model, "config", None)
-    model_type = getattr(config, "model_type", None)
-    if model_type not in SUPPORTED:
-        raise HFModelError(
-            f"{type(model).__name__} is not a supported Hugging Face MoE model; supported: {', '.join(SUPPORTED)}."
-        )
+    if getattr(config, "model_type", None) is None:
+        raise HFModelError(f"{type(model).__name__} is not a Hugging Face model (it has no config.model_type).")
     return MoEAdapter(model)
 
 
 class MoEAdapter:
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self.spec: ArchSpec = arch_spec(model.config.model_type)
-        self.arch: str = self.spec.name
         self.layers: list[MoELayerInfo] = self._enumerate()
         if not self.layers:
-            raise HFModelError(f"{type(model).__name__} has no MoE layers (num_experts is 0 or every layer is dense).")
+            raise HFModelError(
+                f"{type(model).__name__} has no MoE layers: no module holds stacked experts with a router "
+                "(a dense model, or num_experts is 0)."
+            )
+        spec = arch_spec(model.config.model_type)
+        if spec.router_rule == "detected":
+            spec = dataclasses.replace(spec, **_detected_rule(self.layers[0].block))
+            flag = getattr(self.layers[0].router, "norm_topk_prob", None)
+            for info in self.layers[1:]:
+                if flag is not None and not hasattr(info.router, "norm_topk_prob"):
+                    # Every layer runs the same router code, so it renormalises as the probed one does.
+                    info.router.norm_topk_prob = flag
+        self.spec: ArchSpec = spec
+        self.arch: str = self.spec.name
 
     # -- enumeration -------------------------------------------------------------------------
 
     def _enumerate(self) -> list[MoELayerInfo]:
         config = self.model.config
-        layers = []
-        for name, block in self.model.named_modules():
-            experts = getattr(block, "experts", None)
-            router = getattr(block, self.spec.router_attr, None)
-            if not isinstance(getattr(experts, "gate_up_proj", None), nn.Parameter) or router is None:
-                continue
-            match = _LAYER_INDEX.search(name + ".")
-            if match is None:
-                raise HFModelError(f"MoE block {name!r} is not inside a decoder layer; cannot number it.")
-            layers.append(
-                MoELayerInfo(
-                    index=int(match.group(1)),
-                    name=name,
-                    num_experts=router.weight.shape[0],
-                    top_k=router.top_k,
-                    num_shared_experts=self._shared_count(block),
-                    hidden=config.hidden_size,
-                    intermediate=getattr(config, self.spec.intermediate_field),
-                    router=router,
-                    experts=experts,
-                )
+        return [
+            MoELayerInfo(
+                index=block.index,
+                name=block.name,
+                num_experts=block.num_experts,
+                top_k=block.top_k,
+                num_shared_experts=self._shared_count(block),
+                hidden=block.hidden,
+                intermediate=block.intermediate,
+                router=block.router,
+                experts=block.experts,
+                block=block,
             )
-        return sorted(layers, key=lambda info: info.index)
+            for block in find_moe_blocks(self.model)
+            if config is not None
+        ]
 
-    def _shared_count(self, block: nn.Module) -> int:
-        if not any(hasattr(block, attr) for attr in self.spec.shared_attrs):
+    def _shared_count(self, block: MoEBlock) -> int:
+        # The sigmoid gate beside Qwen's shared expert is not an expert itself.
+        modules = [block.block.get_submodule(name) for name in block.shared if not name.endswith("gate")]
+        # A shared expert with no weights (Qwen2-MoE with shared_expert_intermediate_size = 0) is none.
+        if not any(p.numel() for m in modules for p in m.parameters()):
             return 0
-        # Qwen2-MoE builds an empty shared expert when its intermediate size is 0: that is no shared expert.
-        if getattr(self.model.config, "shared_expert_intermediate_size", None) == 0:
-            return 0
-        return int(getattr(self.model.config, "n_shared_experts", 1))
+        for field in ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"):
+            value = getattr(self.model.config, field, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return 1
 
     def layer(self, index: int) -> MoELayerInfo:
         for info in self.layers:
@@ -129,8 +138,8 @@ class MoEAdapter:
         return result
 
     def support(self) -> dict[str, str]:
-        """Operation → "yes" | "masked" | "no" for this model (see docs/hf-support.md)."""
-        return support_for(self.model.config)
+        """Operation → "yes" | "masked" | "uniform" | "no" for this model (see docs/hf-support.md)."""
+        return support_for(self.model.config, self.spec.router_rule)
 
     # -- capture -----------------------------------------------------------------------------
 
@@ -181,11 +190,23 @@ class MoEAdapter:
         counts = {len(plan[i.index]) if i.index in plan else i.num_experts for i in self.layers}
         config = self.model.config
         if group_limited(config) or len(counts) > 1:
+            if self.spec.router_rule == "opaque":
+                raise HFModelError(
+                    f"{self.spec.title}: removing experts here needs masks ("
+                    + ("group-limited routing" if group_limited(config) else "different counts per layer")
+                    + "), and this router has no per-expert selection term to hold them; "
+                    "keep the same number of experts in every layer (scope 'layer')."
+                )
             self.mask_experts(keep)
             return
+        old = {info.num_experts for info in self.layers}
         for index, ids in plan.items():
             self._slice(index, ids)
-        setattr(config, self.spec.experts_field, counts.pop())
+        new = counts.pop()
+        for source in (config, getattr(config, "ffn_config", None)):
+            for field in EXPERT_COUNT_FIELDS:
+                if source is not None and getattr(source, field, None) in old:
+                    setattr(source, field, new)
         self.layers = self._enumerate()
 
     def _checked_ids(self, index: int, ids: Sequence[int]) -> Tensor:
@@ -213,15 +234,16 @@ class MoEAdapter:
         routing.check_capacity(
             self.spec, info.router, masked, layer=index, group_limited=group_limited(self.model.config)
         )
-        routing.apply_mask(self.spec, info.router, masked)
+        bias = info.block.selection_bias() if self.spec.router_rule == "selection_bias" else None
+        routing.apply_mask(self.spec, info.router, masked, bias=getattr(*bias) if bias else None)
 
     def _slice(self, index: int, ids: Tensor) -> None:
         info = self.layer(index)
         if len(ids) < 2 and self.spec.router_rule == "deepseek_v3":
             raise HFModelError(f"Layer {index}: DeepSeek-V3 routing scores the top two experts; keep at least 2.")
-        names = [(info.experts, name) for name in EXPERT_TENSORS] + [
-            (info.router, name) for name in ("weight", "bias", "e_score_correction_bias")
-        ]
+        old = info.num_experts
+        names = [(info.experts, name) for name in info.block.expert_tensors()]
+        names += [(module, name) for module, name, _ in info.block.router_tensors()]
         for module, name in names:
             tensor = getattr(module, name, None)
             if tensor is None:
@@ -231,7 +253,11 @@ class MoEAdapter:
                 setattr(module, name, nn.Parameter(kept, requires_grad=tensor.requires_grad))
             else:
                 setattr(module, name, kept)
-        info.experts.num_experts = info.router.num_experts = len(ids)
+        # Routers, experts and blocks cache the count (for views, one-hots and loops over experts).
+        for module in [info.block.block, *info.router.modules(), info.experts]:
+            for attr in COUNT_ATTRS:
+                if getattr(module, attr, None) == old and not isinstance(getattr(module, attr), bool):
+                    setattr(module, attr, len(ids))
         slice_novices(info.experts, ids)
         routing.slice_mask(info.router, ids)
 
@@ -248,7 +274,7 @@ class MoEAdapter:
                         f"got {tuple(vector.shape)}."
                     )
             vectors = {int(e): v.detach() for e, v in vectors.items()}
-            set_novices(info.experts, vectors, native=self.spec.expert_biases)
+            set_novices(info.experts, vectors, native=hasattr(info.experts, "down_proj_bias"))
 
     def save(self, path: Path) -> None:
         """Write a safetensors checkpoint (stock ``save_pretrained``, updated config) plus the
@@ -258,6 +284,37 @@ class MoEAdapter:
         path = Path(path)
         self.model.save_pretrained(path)
         write_sidecar(self, path)
+
+    def save_without_novices(self, path: Path) -> MoEAdapter:
+        """Write the model with every novice *deleted* (its expert and router row removed, the
+        config's expert count updated): a different model from the one with novices, which any
+        stock tool serves. Returns the adapter of that exported copy (for evaluating it).
+
+        Under group-limited routing experts cannot be deleted without breaking the contiguous
+        index groups, so they are masked instead; that export is stock only where the router has a
+        per-expert selection term to hold the mask (DeepSeek-V3-style ``e_score_correction_bias``),
+        and is refused otherwise."""
+        from mlcore.hf.checkpoint import needs_sidecar
+
+        novices = self.novices
+        clone = copy.deepcopy(self.model)
+        exported = MoEAdapter(clone)
+        keep = {
+            info.index: [e for e in range(info.num_experts) if e not in novices.get(info.index, {})]
+            for info in exported.layers
+        }
+        for info in exported.layers:
+            clear_novices(info.experts)
+        with torch.no_grad():
+            exported.remove_experts(keep)
+        if needs_sidecar(exported):
+            raise HFModelError(
+                f"{self.spec.title}: with group-limited routing, deleted experts can only be masked, and this router "
+                "has no per-expert selection term to carry the mask in a stock checkpoint; use the checkpoint "
+                "with novices (mlcore.hf.load_model, or trust_remote_code=True) instead."
+            )
+        exported.save(path)
+        return exported
 
 
 def _stash_logits(slot: dict[str, Tensor], router: nn.Module, args: Any, output: tuple[Tensor, ...]) -> None:
@@ -308,3 +365,53 @@ def _emit_expert_outputs(
             end = start + count
             callback(layer, expert, outputs[start:end], gates[start:end], rows[start:end])
             start = end
+
+
+def _detected_rule(block: MoEBlock) -> dict[str, Any]:
+    """How masks reach a family without a hand-checked spec: through the router's per-expert
+    selection term when it has one (-inf there is never selected), else through the softmax top-k
+    rule when the router's own output is reproduced by it exactly, else not at all ("opaque")."""
+    if block.selection_bias() is not None:
+        return {"router_rule": "selection_bias"}
+    if _reproduces_softmax_topk(block):
+        return {"router_rule": "softmax_topk"}
+    return {"router_rule": "opaque"}
+
+
+def _reproduces_softmax_topk(block: MoEBlock) -> bool:
+    """Whether the router's own output is softmax top-k of its logits. The rule is a property of the
+    code, not the weights: a model streamed layer by layer (meta device) is probed on a random copy."""
+    router = block.router
+    weight = next(p for p in router.parameters() if p.dim() == 2)
+    if weight.is_meta:
+        router = copy.deepcopy(router).to_empty(device="cpu")
+        with torch.no_grad():
+            for param in router.parameters():
+                param.normal_(generator=torch.Generator().manual_seed(0))
+        weight = next(p for p in router.parameters() if p.dim() == 2)
+    probe = torch.randn(64, block.hidden, generator=torch.Generator().manual_seed(0)).to(weight)
+    try:
+        with torch.no_grad():
+            output = router(probe)
+    except Exception:
+        return False
+    if not (isinstance(output, tuple) and len(output) == 3 and output[1].shape == (64, block.top_k)):
+        return False
+    logits, weights, indices = output
+    masked = torch.zeros(block.num_experts, dtype=torch.bool, device=logits.device)
+    own = getattr(router, "norm_topk_prob", None)
+    for renormalise in (True, False) if own is None else (bool(own),):
+        probe_router = _Probe(block.top_k, renormalise)
+        mine, ids = routing.softmax_topk(probe_router, logits.reshape(64, -1), masked)
+        if torch.equal(ids, indices) and torch.allclose(mine.to(weights.dtype), weights, rtol=1e-5, atol=1e-6):
+            if own is None:
+                # The rule reads it from the router; this router renormalises implicitly.
+                block.router.norm_topk_prob = renormalise
+            return True
+    return False
+
+
+@dataclasses.dataclass
+class _Probe:
+    top_k: int
+    norm_topk_prob: bool

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from mlcore.errors import JobError
 
 #: How a router turns logits into (weights, indices); see ``mlcore.hf.routing``.
-RouterRule = Literal["softmax_topk", "deepseek_v2", "deepseek_v3", "gpt_oss"]
+RouterRule = Literal["softmax_topk", "deepseek_v2", "deepseek_v3", "gpt_oss", "selection_bias", "detected", "opaque"]
 
 
 class HFModelError(JobError):
@@ -95,21 +95,48 @@ SUPPORTED: tuple[str, ...] = tuple(ARCHITECTURES)
 
 
 def arch_spec(model_type: str) -> ArchSpec:
+    """The spec of a model type: the hand-checked one for the architectures above, otherwise a
+    generic one (any MoE type transformers ships; the adapter then finds blocks by structure and
+    detects the routing rule, see ``mlcore.hf.discovery``)."""
     spec = ARCHITECTURES.get(model_type)
-    if spec is None:
+    if spec is not None:
+        return spec
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from mlcore.hf.families import EXPERT_COUNT_FIELDS, MOE_FAMILIES
+
+    if model_type not in CONFIG_MAPPING:
         raise HFModelError(
-            f"Model type {model_type!r} is not a supported MoE architecture; supported: {', '.join(SUPPORTED)}."
+            f"Model type {model_type!r} is not one transformers ships; MoE Lab never runs a checkpoint's own code. "
+            "Use a checkpoint of a model type transformers ships (see docs/hf-support.md)."
         )
-    return spec
+    if model_type not in MOE_FAMILIES:
+        # A dense type with expert fields pasted into its config would load in stock code with the
+        # experts' weights silently unused: the families are those whose model routes to experts.
+        raise HFModelError(
+            f"{model_type!r} is not a supported MoE architecture: the {model_type} config declares no routed experts "
+            f"(transformers' {model_type} model is dense, so expert fields in its config would be ignored). Upload a "
+            "mixture-of-experts checkpoint (see docs/hf-support.md for the families)."
+        )
+    fields = getattr(CONFIG_MAPPING[model_type], "__dataclass_fields__", {})
+    experts_field = next((name for name in EXPERT_COUNT_FIELDS if name in fields), "num_experts")
+    return ArchSpec(
+        name=model_type,
+        title=MOE_FAMILIES.get(model_type, model_type),
+        experts_field=experts_field,
+        intermediate_field="moe_intermediate_size",
+        router_rule="detected",
+    )
 
 
 def group_limited(config: Any) -> bool:
     """Whether the router first picks expert groups (DeepSeek's node-limited routing, V2 §2.1.2 /
-    V3 §2.1.2): experts are grouped by contiguous index blocks, so removing one breaks the groups."""
-    n_group = getattr(config, "n_group", None) or 1
+    V3 §2.1.2, and the families that copy it): experts are grouped by contiguous index blocks, so
+    removing one breaks the groups."""
+    n_group = getattr(config, "n_group", None) or getattr(config, "num_expert_group", None) or 1
     if config.model_type == "deepseek_v2":
         return getattr(config, "topk_method", "greedy") == "group_limited_greedy" and n_group > 1
-    return config.model_type == "deepseek_v3" and n_group > 1
+    return n_group > 1
 
 
 _COMMON: dict[str, Any] = {

@@ -9,6 +9,16 @@ Router masks of the softmax routers and novices of bias-free experts are stored 
 
 Masks and novices that the stock checkpoint already carries (GPT-OSS, DeepSeek-V3 biases) are
 recorded there too, so the sidecar always lists every edit.
+
+A checkpoint whose edits live only in the sidecar would load silently *wrong* in stock tools
+(novices as zero experts, masked experts routed again). Its config.json is therefore marked:
+``model_type`` becomes ``moelab-sidecar`` (no library knows it, so ``AutoModelForCausalLM`` and
+others fail loudly) and ``moelab_base_model_type`` keeps the real type, which
+:func:`mlcore.hf.loading.checked_config` reads back (MoE Lab never runs the shipped code). When
+the sidecar-only edits are novices, the checkpoint also ships ``modeling_moelab_sidecar.py`` with an
+``auto_map``, so ``from_pretrained(..., trust_remote_code=True)`` computes exactly this model in
+stock transformers. For tools that run no remote code, export the model with the novices removed
+(``MoEAdapter.save_without_novices``).
 """
 
 from __future__ import annotations
@@ -25,6 +35,58 @@ if TYPE_CHECKING:
 
 SIDECAR = "moelab_experts.safetensors"
 _SIDECAR_FORMAT = "moelab-hf-experts"
+#: The model_type of a checkpoint that needs its sidecar; no library ships it, so stock loads fail.
+SIDECAR_MODEL_TYPE = "moelab-sidecar"
+BASE_TYPE_FIELD = "moelab_base_model_type"
+REMOTE_CODE = "modeling_moelab_sidecar.py"
+
+
+def needs_sidecar(adapter: MoEAdapter) -> bool:
+    """Whether some edit lives only in the sidecar (stock weights alone would compute something else)."""
+    native_novices = all(hasattr(info.experts, "down_proj_bias") for info in adapter.layers)
+    return bool(_hook_masks(adapter) or (adapter.novices and not native_novices))
+
+
+def _hook_masks(adapter: MoEAdapter) -> bool:
+    """Masks that live in a router hook (sidecar) rather than in a stock selection bias."""
+    in_weights = adapter.spec.selection_bias is not None or adapter.spec.router_rule == "selection_bias"
+    return bool(adapter.masks) and not in_weights
+
+
+def mark_config(path: Path, base_model_type: str, modules: dict[str, str] | None = None) -> None:
+    """Make stock loaders refuse the checkpoint at ``path`` unless they run its shipped code, which is
+    written when ``modules`` (decoder layer → experts module name) is given (see the module docstring)."""
+    import json
+
+    file = Path(path) / "config.json"
+    raw = json.loads(file.read_text(encoding="utf-8"))
+    raw[BASE_TYPE_FIELD] = base_model_type
+    raw["model_type"] = SIDECAR_MODEL_TYPE
+    if modules is not None:
+        template = (Path(__file__).parent / "shipped" / REMOTE_CODE).read_text(encoding="utf-8")
+        code = template.replace('BASE_MODEL_TYPE = "mixtral"', f"BASE_MODEL_TYPE = {base_model_type!r}", 1)
+        (Path(path) / REMOTE_CODE).write_text(code, encoding="utf-8")
+        stem = REMOTE_CODE.removesuffix(".py")
+        raw["auto_map"] = {
+            "AutoConfig": f"{stem}.MoELabSidecarConfig",
+            "AutoModelForCausalLM": f"{stem}.MoELabSidecarForCausalLM",
+        }
+        raw["moelab_experts_modules"] = modules
+        raw["architectures"] = ["MoELabSidecarForCausalLM"]
+    raw["moelab_note"] = (
+        "Experts of this checkpoint were replaced by constant novices or masked, which MoE Lab's loader "
+        "(mlcore.hf.load_model) applies, and stock transformers only with trust_remote_code=True where "
+        f"{REMOTE_CODE} is shipped; without them it would compute a different model. Use the export without "
+        "novices for other tools."
+    )
+    file.write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def base_model_type(raw: dict) -> str:
+    """The real model_type of a config.json (unmarked, or marked by ``mark_config``)."""
+    if raw.get("model_type") == SIDECAR_MODEL_TYPE:
+        return str(raw.get(BASE_TYPE_FIELD))
+    return str(raw.get("model_type"))
 
 
 def write_sidecar(adapter: MoEAdapter, path: Path) -> None:
@@ -41,6 +103,9 @@ def write_sidecar(adapter: MoEAdapter, path: Path) -> None:
     if not tensors:
         target.unlink(missing_ok=True)
         return
+    if needs_sidecar(adapter):
+        modules = None if _hook_masks(adapter) else {str(i.index): f"{i.name}.{_child_name(i)}" for i in adapter.layers}
+        mark_config(path, adapter.model.config.model_type, modules)
     metadata = {"format": _SIDECAR_FORMAT, "version": "1", "model_type": adapter.arch}
     save_file({name: t.contiguous() for name, t in tensors.items()}, target, metadata=metadata)
 
@@ -66,3 +131,34 @@ def apply_sidecar(adapter: MoEAdapter, path: Path) -> None:
                 ids = sidecar.get_tensor(prefix + "novice_ids").tolist()
                 vectors = sidecar.get_tensor(prefix + "novice_vectors")
                 adapter.replace_with_novices({info.index: dict(zip(ids, vectors))})
+
+
+def _child_name(info: object) -> str:
+    block = info.block.block  # type: ignore[attr-defined]
+    return next(name for name, module in block.named_children() if module is info.experts)  # type: ignore[attr-defined]
+
+
+#: Files beside the weights that serving needs and ``save_pretrained`` may not rewrite.
+COMPANIONS = (
+    "generation_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+)
+
+
+def copy_companions(source: Path, target: Path) -> list[str]:
+    """Copy the tokenizer, chat template and generation config of ``source`` that ``target`` lacks."""
+    import shutil
+
+    copied = []
+    for name in COMPANIONS:
+        if (Path(source) / name).is_file() and not (Path(target) / name).exists():
+            shutil.copyfile(Path(source) / name, Path(target) / name)
+            copied.append(name)
+    return copied

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from mlcore.hf.architectures import HFModelError
 from mlcore.hf.checkpoint import apply_sidecar
-from mlcore.hf.loading import checked_config, weight_files
+from mlcore.hf.loading import checked_config, load_dtype, weight_files
 
 _PER_EXPERT = re.compile(
     r"^(?P<prefix>.*\.experts)\.(?P<expert>\d+)\.(?P<proj>w1|w2|w3|gate_proj|up_proj|down_proj)\.weight$"
@@ -37,15 +37,19 @@ _GATE, _UP, _DOWN = ("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")
 
 
 class ShardIndex:
-    """Where each tensor of a safetensors checkpoint lives, read lazily with ``safe_open``."""
+    """Where each tensor of a safetensors checkpoint lives, read lazily with ``safe_open``, under the
+    model's own names (``rename`` maps an on-disk key to the module's, as transformers' loader does)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, rename: Callable[[str], str] = str) -> None:
         from safetensors import safe_open
 
         self.location: dict[str, Path] = {}
+        self.disk_name: dict[str, str] = {}
         for file in weight_files(path):
             with safe_open(file, framework="pt") as shard:
-                self.location.update(dict.fromkeys(shard.keys(), file))
+                for key in shard.keys():  # noqa: SIM118 - safe_open is not iterable
+                    name = rename(key)
+                    self.location[name], self.disk_name[name] = file, key
 
     def read(self, names: list[str]) -> dict[str, Tensor]:
         from safetensors import safe_open
@@ -56,7 +60,7 @@ class ShardIndex:
         tensors = {}
         for file, wanted in by_file.items():
             with safe_open(file, framework="pt") as shard:
-                tensors.update({name: shard.get_tensor(name) for name in wanted})
+                tensors.update({name: shard.get_tensor(self.disk_name[name]) for name in wanted})
         return tensors
 
     def names(self, keep: Callable[[str], bool]) -> list[str]:
@@ -93,11 +97,12 @@ def _stacked(parts: dict[tuple[str, int], Tensor], names: tuple[str, ...], count
 
 @contextmanager
 def layer_by_layer(
-    path: Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    path: Path, *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
 ) -> Iterator[Any]:
     """Yield the checkpoint's model with its decoder layers materialised one at a time (see the
     module docstring). Hooks added inside the block (e.g. ``adapt(model).capture_routing``) see
-    each layer while it is in memory. The model is for forward passes only."""
+    each layer while it is in memory. The model is for forward passes only, in the checkpoint's own
+    dtype unless ``dtype`` says otherwise."""
     from transformers import AutoModelForCausalLM
 
     from mlcore.hf.adapter import adapt
@@ -105,9 +110,9 @@ def layer_by_layer(
     path = Path(path)
     config = checked_config(path)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(config, dtype=load_dtype(path, dtype))
     model.eval()
-    shards = ShardIndex(path)
+    shards = ShardIndex(path, _renamer(model))
     layers = _decoder_layers(model)
     _load_outside_layers(model, shards, device)
     apply_sidecar(adapt(model), path)
@@ -118,6 +123,16 @@ def layer_by_layer(
             stack.callback(layer.register_forward_pre_hook(load).remove)
             stack.callback(layer.register_forward_hook(_release).remove)
         yield model
+
+
+def _renamer(model: nn.Module) -> Callable[[str], str]:
+    """transformers' own key renamings for this model (on-disk names that differ from module names);
+    per-expert fusion is ``fused_layer_state``'s job."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming, apply_renamings
+
+    renamings = [t for t in get_model_conversion_mapping(model) if isinstance(t, WeightRenaming)]
+    return lambda key: apply_renamings(key, renamings)
 
 
 def _decoder_layers(model: nn.Module) -> nn.ModuleList:

@@ -1,9 +1,12 @@
 """Load MoE checkpoints from local directories, safely, with the adapter's edits re-applied.
 
 Loading never executes code from a checkpoint: only ``model_type`` values that transformers
-ships (and this adapter supports) are accepted, configs asking for remote code (``auto_map``) are
-refused, and weights are read from safetensors only (pickle ``.bin`` / ``.pt`` files are never
-opened). The edits a stock config cannot hold come back from the sidecar (:mod:`mlcore.hf.checkpoint`).
+ships are accepted (and MoE Lab's own sidecar-marked ones, :mod:`mlcore.hf.checkpoint`), configs
+asking for remote code (``auto_map``) are refused, and weights are read from safetensors only
+(pickle ``.bin`` / ``.pt`` files are never opened). Before any weight is read,
+:mod:`mlcore.hf.inputs` checks the config, the tensors' dtypes and the tokenizer. Models load in
+the checkpoint's own dtype (bfloat16 stays bfloat16) unless asked otherwise. The edits a stock
+config cannot hold come back from the sidecar (:mod:`mlcore.hf.checkpoint`).
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ from typing import Any
 import torch
 
 from mlcore.hf.adapter import adapt
-from mlcore.hf.architectures import SUPPORTED, HFModelError, arch_spec
-from mlcore.hf.checkpoint import SIDECAR, apply_sidecar
+from mlcore.hf.architectures import HFModelError, arch_spec
+from mlcore.hf.checkpoint import BASE_TYPE_FIELD, SIDECAR, SIDECAR_MODEL_TYPE, apply_sidecar, base_model_type
+from mlcore.hf.families import EXPERT_COUNT_FIELDS, expert_count
+from mlcore.hf.inputs import check_config, check_tokenizer, check_weight_dtypes, checkpoint_dtype
 from mlcore.uploads import PICKLE_SUFFIXES, safetensors_header
 
 
-def checked_config(path: Path) -> Any:
-    """The config of a local checkpoint directory, after the safety checks in the module docstring."""
+def checked_config(path: Path, *, need_tokenizer: bool = False) -> Any:
+    """The config of a local checkpoint directory, after the safety checks in the module docstring
+    (``need_tokenizer``: refuse a checkpoint without one; a present one must always fit)."""
     from transformers import AutoConfig
 
     path = Path(path)
@@ -30,13 +36,22 @@ def checked_config(path: Path) -> Any:
         raise HFModelError(
             f"{path.name}: not a local model directory; pass a directory holding config.json and safetensors."
         )
-    raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    if "auto_map" in raw:
+    try:
+        raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except ValueError:
+        raise HFModelError("config.json is not valid JSON; re-save the model with save_pretrained.") from None
+    # MoE Lab's own marked checkpoints ship code for stock tools; it is never run here.
+    if "auto_map" in raw and raw.get("model_type") != SIDECAR_MODEL_TYPE:
         raise HFModelError(
             "config.json asks for remote code (auto_map), which MoE Lab never runs; "
-            f"use a checkpoint of a model type transformers ships ({', '.join(SUPPORTED)})."
+            "use a checkpoint of a model type transformers ships (see docs/hf-support.md)."
         )
-    arch_spec(str(raw.get("model_type")))
+    model_type = base_model_type(raw)
+    arch_spec(model_type)
+    check_config(raw)
+    sources = [raw, raw.get("ffn_config") or {}, raw.get("text_config") or {}]
+    if not any(isinstance(s.get(f), int) and s[f] >= 2 for s in sources for f in EXPERT_COUNT_FIELDS):
+        raise _dense(model_type)
     weights = weight_files(path)
     if not weights:
         pickles = sorted(p.name for p in path.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
@@ -44,22 +59,72 @@ def checked_config(path: Path) -> Any:
         raise HFModelError(
             f"The checkpoint has no safetensors weights{found}; convert it to safetensors, MoE Lab never unpickles."
         )
+    # The small files first: a wrong tokenizer is refused before any weight header is read.
+    vocab = raw.get("vocab_size") or (raw.get("text_config") or {}).get("vocab_size") or 0
+    check_tokenizer(path, int(vocab), required=need_tokenizer)
     # The library's and the uploads' header check (mlcore.uploads): a corrupt file is refused
     # with one sentence here rather than failing inside transformers' loader.
-    for weight in weights:
-        safetensors_header(weight)
-    return AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+    headers = {weight.name: safetensors_header(weight) for weight in weights}
+    check_weight_dtypes(headers)
+    if raw.get("model_type") == SIDECAR_MODEL_TYPE:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        marks = ("model_type", BASE_TYPE_FIELD, "moelab_note", "auto_map", "moelab_experts_modules", "architectures")
+        unmarked = {k: _decoded(v) for k, v in raw.items() if k not in marks}
+        config = CONFIG_MAPPING[model_type].from_dict(unmarked)
+    else:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+    if (expert_count(config) or 0) < 2:
+        raise _dense(model_type)
+    return config
+
+
+def _decoded(value: Any) -> Any:
+    """transformers writes non-finite floats into config.json as {"__float__": "Infinity"}."""
+    if isinstance(value, dict):
+        if set(value) == {"__float__"}:
+            return float(value["__float__"])
+        return {k: _decoded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decoded(v) for v in value]
+    return value
+
+
+def _dense(model_type: str) -> HFModelError:
+    return HFModelError(
+        f"The {model_type} config declares no routed experts; MoE Lab's MoE jobs need a mixture-of-experts "
+        "model (see docs/hf-support.md for the families)."
+    )
 
 
 def weight_files(path: Path) -> list[Path]:
     return sorted(p for p in Path(path).glob("*.safetensors") if p.name != SIDECAR)
 
 
-def load_model(path: Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Any:
-    """Load a local MoE checkpoint (safetensors only, no remote code) and re-apply its sidecar."""
+def load_dtype(path: Path, dtype: torch.dtype | None = None) -> torch.dtype:
+    """``dtype`` if given, else the dtype most of the checkpoint's weight bytes are stored in (from
+    the safetensors headers): bfloat16 stays bfloat16, float32 stays float32. float16 is read as
+    float32: it is a storage format here (the zoo's committed checkpoints), and float16 arithmetic on
+    CPU workers is slow and overflows where bfloat16's range does not."""
+    if dtype is not None:
+        return dtype
+    stored = checkpoint_dtype({file.name: safetensors_header(file) for file in weight_files(path)})
+    return {"BF16": torch.bfloat16, "F64": torch.float64}.get(stored or "", torch.float32)
+
+
+def load_model(
+    path: Path,
+    *,
+    dtype: torch.dtype | None = None,
+    device: str | torch.device = "cpu",
+    need_tokenizer: bool = False,
+) -> Any:
+    """Load a local MoE checkpoint (safetensors only, no remote code) in its own dtype (or ``dtype``)
+    and re-apply its sidecar."""
     from transformers import AutoModelForCausalLM
 
-    config = checked_config(path)
+    config = checked_config(path, need_tokenizer=need_tokenizer)
+    dtype = load_dtype(path, dtype)
     model = AutoModelForCausalLM.from_pretrained(
         path,
         config=config,

@@ -69,6 +69,12 @@ def set_novices(experts: nn.Module, vectors: dict[int, Tensor], *, native: bool)
         experts.forward = types.MethodType(_forward_with_novices, experts)
 
 
+def clear_novices(experts: nn.Module) -> None:
+    """Forget the novices (their experts' weights stay zeroed): for an export that deletes them."""
+    for attr in (NOVICE_MASK, NOVICE_VECTORS, "forward"):
+        experts.__dict__.pop(attr, None)
+
+
 def slice_novices(experts: nn.Module, keep: Tensor) -> None:
     state = novice_state(experts)
     if state is not None:

@@ -80,11 +80,13 @@ def check_capacity(spec: ArchSpec, router: nn.Module, masked: Tensor, *, layer: 
         )
 
 
-def apply_mask(spec: ArchSpec, router: nn.Module, masked: Tensor) -> None:
-    """Take the experts where ``masked`` is true out of the router's selection (see module docstring)."""
+def apply_mask(spec: ArchSpec, router: nn.Module, masked: Tensor, *, bias: Tensor | None = None) -> None:
+    """Take the experts where ``masked`` is true out of the router's selection (see module docstring);
+    ``bias``: the per-expert selection term discovery found, for families without a hand-checked spec."""
     setattr(router, MASK_ATTR, masked.clone())
-    if spec.selection_bias is not None:
+    if bias is None and spec.selection_bias is not None:
         bias = getattr(router, spec.selection_bias)
+    if bias is not None:
         with torch.no_grad():
             bias.masked_fill_(masked.to(bias.device), float("-inf"))
         return

@@ -1,15 +1,15 @@
-"""The support matrix (architecture × operation) that docs/hf-support.md publishes.
+"""The support matrix (family × operation) that docs/hf-support.md publishes.
 
-``support_for(config)`` is what ``MoEAdapter.support()`` answers; ``support_markdown()`` renders the
-table for every architecture and routing variant, and a test checks that the page holds exactly
-that table, so the page cannot drift from the code.
+``support_for(config, router_rule)`` is what ``MoEAdapter.support()`` answers; ``REFUSED`` lists the
+families discovery refuses, with their structural reason and what it blocks. The page's table is
+rendered by :mod:`mlcore.hf.matrix` (``python -m mlcore.hf.matrix``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from mlcore.hf.architectures import ARCHITECTURES, group_limited, tiny_config
+from mlcore.hf.architectures import group_limited
 
 OPERATIONS: tuple[str, ...] = (
     "enumerate_layers",
@@ -21,43 +21,92 @@ OPERATIONS: tuple[str, ...] = (
     "layer_by_layer_load",
 )
 
-#: (row label, architecture, config overrides): each architecture as shipped by ``tiny_config``,
-#: plus the group-limited routing variants where removal falls back to masks.
-VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    *((spec.title, name, {}) for name, spec in ARCHITECTURES.items()),
-    (
-        "DeepSeek-V2, group_limited_greedy",
-        "deepseek_v2",
-        {"topk_method": "group_limited_greedy", "n_group": 2, "topk_group": 1},
+#: model_type → (structural reason, as ``StructuralRefusal.reason``; what it blocks). Discovery
+#: raises these; the family test checks that each refusal is exactly this one.
+REFUSED: dict[str, tuple[str, str]] = {
+    "dbrx": ("experts in another layout", "every operation (experts stored as flattened [E·I, H] matrices)"),
+    "doge": ("experts in another layout", "every operation (product-key experts: embedding rows, not MLPs)"),
+    "inkling_text": (
+        "router rows do not match the experts",
+        "every operation (one router matrix scores the routed and the shared experts: a shared-expert sink)",
     ),
-    ("DeepSeek-V3, n_group > 1", "deepseek_v3", {"n_group": 2, "topk_group": 1}),
-)
+    "zaya": (
+        "router rows do not match the experts",
+        "every operation (an MLP router with an extra no-expert output)",
+    ),
+    "jetmoe": (
+        "experts without an (ids, gates) call",
+        "every operation (experts inside attention and parallel experts dispatched by the block)",
+    ),
+    "llama4_text": (
+        "experts without an (ids, gates) call",
+        "every operation (the router scales each expert's inputs; the experts see no ids or gates)",
+    ),
+    "longcat_flash": ("zero-compute experts", "every operation (identity experts stacked beside the routed ones)"),
+}
+
+_CONVERTERS = "on-disk tensors need transformers converters beyond per-expert fusion"
+#: model_type → operation → why it does not work yet. Not structural: open work. The family test
+#: expects exactly these operations to fail (strict xfail), so a fix shows up as a failure to update.
+GAPS: dict[str, dict[str, str]] = {
+    **{
+        family: {"layer_by_layer_load": _CONVERTERS}
+        for family in (
+            "bailing_hybrid",
+            "deepseek_v4",
+            "granitemoe",
+            "granitemoe_swa",
+            "granitemoehybrid",
+            "granitemoeshared",
+            "kimi_linear",
+            "lara_mini",
+            "nemotron_h",
+            "sarvam_moe",
+        )
+    },
+    "ernie4_5_moe": {"remove_experts": "a sliced checkpoint does not reload in stock transformers (size mismatch)"},
+    "gemma4_text": {"remove_experts": "a sliced checkpoint does not reload in stock transformers (size mismatch)"},
+    "inkling2_text": {"replace_with_novices": "the forward with novices fails (negative dimension)"},
+    "inkling2_loop_text": {"replace_with_novices": "the forward with novices fails (negative dimension)"},
+    "laguna": {"save_and_reload": "stock transformers computes other logits for biased novice experts"},
+}
+
+#: How each detected routing rule takes experts out of routing (``remove_experts`` with uneven counts
+#: or group-limited routing), for the matrix's "masks" column.
+MASK_ROUTES = {
+    "softmax_topk": "router hook (sidecar)",
+    "deepseek_v2": "router hook (sidecar)",
+    "deepseek_v3": "selection bias = -inf (stock checkpoint)",
+    "gpt_oss": "router bias = -inf (stock checkpoint)",
+    "selection_bias": "selection bias = -inf (stock checkpoint)",
+    "opaque": "none: every layer must keep the same count",
+}
 
 
-def support_for(config: Any) -> dict[str, str]:
-    """Operation → "yes" | "masked" | "no" for a model with this config."""
+def support_for(config: Any, router_rule: str = "softmax_topk") -> dict[str, str]:
+    """Operation → "yes" | "masked" | "uniform" | "no" for a model with this config and routing rule.
+
+    "masked": removal keeps the shapes and masks (group-limited routing); "uniform": removal slices,
+    and only the same kept count in every layer is possible (no way to mask this router); "gap":
+    does not work yet (``GAPS`` says why)."""
     result = dict.fromkeys(OPERATIONS, "yes")
-    if group_limited(config):
-        result["remove_experts"] = "masked"
+    for operation in GAPS.get(getattr(config, "model_type", ""), {}):
+        result[operation] = "gap"
+    if result["remove_experts"] == "gap":
+        pass
+    elif group_limited(config):
+        result["remove_experts"] = "no" if router_rule == "opaque" else "masked"
+    elif router_rule == "opaque":
+        result["remove_experts"] = "uniform"
     return result
 
 
-def support_markdown() -> str:
-    """The matrix and the per-architecture persistence table, as Markdown."""
-    header = "| architecture | " + " | ".join(f"`{op}`" for op in OPERATIONS) + " |"
-    rows = [header, "|" + "---|" * (len(OPERATIONS) + 1)]
-    for label, arch, overrides in VARIANTS:
-        support = support_for(tiny_config(arch, **overrides))
-        rows.append(f"| {label} | " + " | ".join(support[op] for op in OPERATIONS) + " |")
-    rows += ["", "| architecture | `model_type` | router masks persist in | novices persist in | shared experts |"]
-    rows.append("|---|---|---|---|---|")
-    for name, spec in ARCHITECTURES.items():
-        masks = f"stock checkpoint (`{spec.selection_bias}` = -inf)" if spec.selection_bias else "sidecar"
-        novices = "stock checkpoint (`down_proj_bias`)" if spec.expert_biases else "sidecar"
-        shared = ", ".join(f"`{attr}`" for attr in spec.shared_attrs) or "none"
-        rows.append(f"| {spec.title} | `{name}` | {masks} | {novices} | {shared} |")
-    return "\n".join(rows) + "\n"
+def family_row(model_type: str, title: str, support: dict[str, str], info: dict[str, str]) -> str:
+    cells = [title, f"`{model_type}`", *(support[op] for op in OPERATIONS)]
+    cells += [info["routing"], info["masks"], info["shared"]]
+    return "| " + " | ".join(cells) + " |"
 
 
-if __name__ == "__main__":
-    print(support_markdown(), end="")
+def header() -> list[str]:
+    columns = ["family", "`model_type`", *(f"`{op}`" for op in OPERATIONS), "routing", "masks", "shared experts"]
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]

@@ -3,7 +3,9 @@
 Calibrates once on the chosen text, then for every (ratio, method) pair builds the compressed
 model, and reports perplexity on every built-in source's held-out text, the zero-shot cloze
 suite, sizes before/after and per-layer charts. The first method at the first ratio is saved as
-a checkpoint that ``mlcore.hf.load_model`` reloads (novices included) and offered to the library.
+a checkpoint that ``mlcore.hf.load_model`` reloads (novices included) and offered to the library;
+with novices it also ships their code for ``trust_remote_code=True`` and refuses a plain stock load,
+and a second checkpoint with the novices deleted (another model, evaluated too) serves in any tool.
 """
 
 from __future__ import annotations
@@ -13,7 +15,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlcore.jobs import Choice, Dataset, File, Int, JobContext, JobError, JobSpec, Model, Multi, Numbers, Seed
+from mlcore.jobs import (
+    Choice,
+    Comparison,
+    Dataset,
+    File,
+    Int,
+    JobContext,
+    JobError,
+    JobSpec,
+    Metric,
+    Model,
+    Multi,
+    Numbers,
+    Seed,
+)
+from mlcore.jobs.spec import InputCheck
 
 METHOD_OPTIONS = ("mone", "mone-zero", "mone-delete", "random", "frequency", "rs", "ean", "reap", "naee", "hc-smoe")
 MAX_CALIBRATION_TOKENS = 2_000_000
@@ -28,12 +45,22 @@ def _validate(params: dict[str, Any]) -> list[tuple[str, str]]:
     return errors
 
 
+def _check_inputs(params: dict[str, Any], uploaded: frozenset[str]) -> InputCheck:
+    """One model to compress: a library one or an upload, never both (one would be ignored)."""
+    if "checkpoint" in uploaded and params["model"]:
+        return InputCheck(errors=[("model", "Give either a model or an uploaded checkpoint, not both.")])
+    return InputCheck()
+
+
 def _summarize(scalars: Mapping[str, Any]) -> str:
     """ "Pruned 25% of experts with mone: −24% memory, +3.1% perplexity; beat frequency by 1.9 points"."""
     base_ppl = scalars["original/ppl_mean"]
     base_bytes = scalars["original/bytes_effective"]
+    # Only the variants' own rows ("mone@0.25/delta_ppl"), not their exports ("mone@0.25/stock_export/…").
     variants = sorted(
-        (scalars[key], key.rsplit("/", 1)[0]) for key in scalars if key.endswith("/delta_ppl") and "@" in key
+        (scalars[key], key.rsplit("/", 1)[0])
+        for key in scalars
+        if key.endswith("/delta_ppl") and key.count("/") == 1 and "@" in key
     )
     if not variants:
         return ""
@@ -53,6 +80,47 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
 
 spec = JobSpec(
     name="compress-moe",
+    metrics=(
+        Metric(
+            key="{variant}/ppl_mean",
+            label="Perplexity",
+            better="lower",
+            description="Geometric mean of held-out perplexity over the built-in text sources.",
+        ),
+        Metric(
+            key="{variant}/acc",
+            label="Cloze accuracy",
+            unit="%",
+            better="higher",
+            proportion=True,
+            n=lambda p: p.get("cloze_items", 0) * 3,
+            description="Share of zero-shot cloze items answered right, over the three text sources.",
+        ),
+        Metric(
+            key="{variant}/bytes_effective",
+            label="Memory",
+            unit="MB",
+            better="lower",
+            description="Bytes serving needs: a novice costs one vector instead of its expert's weights.",
+        ),
+        Metric(
+            key="{variant}/parameters_effective",
+            label="Parameters",
+            better="lower",
+            description="Parameters serving needs (novices counted as one vector each).",
+        ),
+        Metric(
+            key="{variant}/delta_ppl",
+            label="Δ perplexity",
+            better="lower",
+            description="Perplexity minus the original model's.",
+        ),
+    ),
+    comparison=Comparison(
+        baseline="original",
+        metrics=("{variant}/ppl_mean", "{variant}/acc", "{variant}/bytes_effective"),
+        chart="ppl-vs-ratio",
+    ),
     title="Compress an MoE model (MoNE and baselines)",
     summary="Prune or merge experts from calibration statistics; compare perplexity and zero-shot accuracy.",
     version=1,
@@ -71,12 +139,19 @@ spec = JobSpec(
             max_bytes=20 * 2**30,
             help="Or upload a Hugging Face checkpoint (safetensors + config + tokenizer) as a zip or tar archive.",
         ),
-        Dataset(name="dataset", accepts=("text",), default="zoo:shakespeare", help="Calibration text."),
+        Dataset(
+            name="dataset",
+            accepts=("text",),
+            default="zoo:shakespeare",
+            replaced_by=("calibration_file",),
+            help="Calibration text.",
+        ),
         File(
             name="calibration_file",
-            formats=("txt", "json", "csv"),
+            formats=("txt", "jsonl", "json", "csv"),
             max_bytes=200 * 2**20,
-            help='Or upload calibration text: plain UTF-8, or JSONL with a "text" field per line.',
+            help='Or upload calibration text: plain UTF-8, JSONL with a "text" field per line, or CSV/TSV with a '
+            "text column; it replaces the calibration text above.",
         ),
         Int(name="samples", default=64, min=1, max=4096, help="Calibration sequences."),
         Int(name="seq_len", default=128, min=16, max=4096, help="Tokens per calibration sequence."),
@@ -91,6 +166,7 @@ spec = JobSpec(
         Seed(name="seed"),
     ),
     validate=_validate,
+    check_inputs=_check_inputs,
     guide=(
         "Lower Δ perplexity and a smaller cloze accuracy drop are better. 'effective' sizes count a novice as "
         "one vector; the pruned map shows which experts each method kept, turned into novices, merged or deleted."
@@ -99,6 +175,8 @@ spec = JobSpec(
         "model": "zoo:moe-lm-tiny",
         "dataset": "zoo:shakespeare",
         "samples": 16,
+        # Two ratios, so the page draws quality against ratio and the comparison has a trend.
+        "ratios": [0.25, 0.5],
         "methods": ["mone", "frequency"],
         "eval_windows": 32,
         "cloze_items": 20,
@@ -127,7 +205,9 @@ def _load(folder: Path, device: Any) -> tuple[Any, Any]:
     from mlcore.hf.architectures import HFModelError
 
     try:
-        model = load_model(folder, device=device)
+        # Checks the config, weight dtypes and tokenizer before any weight is read; loads in the
+        # checkpoint's own dtype.
+        model = load_model(folder, device=device, need_tokenizer=True)
     except HFModelError:
         raise
     except (RuntimeError, ValueError, OSError, KeyError) as exc:
@@ -138,8 +218,6 @@ def _load(folder: Path, device: Any) -> tuple[Any, Any]:
     adapter = adapt(model)
     if adapter.masks or adapter.novices:
         raise JobError("This model is already compressed (it has masked or novice experts); start from the original.")
-    if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").is_file():
-        raise JobError("The checkpoint has no tokenizer; include tokenizer.json next to config.json.")
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
@@ -175,7 +253,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
 
     # Everything that can refuse the job happens before the first artifact, so a bad input leaves nothing.
     ctx.progress(0.0, "loading the model")
-    model, tokenizer = _load(_model_dir(inputs), ctx.device)
+    source = _model_dir(inputs)
+    model, tokenizer = _load(source, ctx.device)
     adapter = adapt(model)
     num_experts, top_k = adapter.layers[0].num_experts, adapter.layers[0].top_k
     if params["keep"]:
@@ -240,7 +319,17 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         )
         ctx.chart(f"pruned-map-{method}-{ratio:g}", _pruned_map(plan, num_experts, method, ratio))
         if saved is None:
-            saved = _save(ctx, compressed, compressed_adapter, tokenizer, plan, params, ratio, keeps[ratio])
+            saved = _save(ctx, compressed, compressed_adapter, tokenizer, plan, params, ratio, keeps[ratio], source)
+            if plan.novices:
+                export = _save_stock_export(ctx, compressed_adapter, tokenizer, source, f"{method}@{ratio:g}")
+                if export is not None:
+                    exported = _evaluate_variant(export.model, export, heldout, tokenizer, baseline)
+                    _metrics(ctx, f"{method}@{ratio:g}/stock_export", exported)
+                    row.update({f"stock_export_{k}": v for k, v in _flat(exported).items() if not isinstance(v, dict)})
+                    ctx.log(
+                        f"{method} ratio {ratio:g}, novices deleted (the stock export): mean ppl "
+                        f"{exported['ppl_mean']:.3f} (Δ {exported['delta_ppl']:+.3f})"
+                    )
         del compressed
     _report(ctx, baseline, rows, params, source_name)
     if len(ratios) > 1:
@@ -316,7 +405,10 @@ def _save(
     params: dict[str, Any],
     ratio: float,
     keep: int,
+    source: Path,
 ) -> Path:
+    from mlcore.hf.checkpoint import copy_companions
+
     folder = ctx.workdir / "compressed"
     # Serving code reads which experts are novices from the config; the adapter's sidecar holds their vectors.
     model.config.moelab_compression = {
@@ -329,6 +421,7 @@ def _save(
     }
     adapter.save(folder)
     tokenizer.save_pretrained(folder)
+    copy_companions(source, folder)
     ctx.artifact("checkpoint", folder)
     ctx.register(
         "hf-moe-lm",
@@ -336,6 +429,24 @@ def _save(
         {"title": f"{plan.method} at ratio {ratio:g}", "method": plan.method, "ratio": ratio, "keep_per_layer": keep},
     )
     return folder
+
+
+def _save_stock_export(ctx: JobContext, adapter: Any, tokenizer: Any, source: Path, label: str) -> Any:
+    """The checkpoint with the novices deleted (see ``MoEAdapter.save_without_novices``); its
+    adapter, or ``None`` with a log line saying why it cannot exist for this model."""
+    from mlcore.hf.architectures import HFModelError
+    from mlcore.hf.checkpoint import copy_companions
+
+    folder = ctx.workdir / "compressed-stock"
+    try:
+        exported = adapter.save_without_novices(folder)
+    except HFModelError as exc:
+        ctx.log(f"no stock export for {label}: {exc}")
+        return None
+    tokenizer.save_pretrained(folder)
+    copy_companions(source, folder)
+    ctx.artifact("checkpoint-stock", folder)
+    return exported
 
 
 def _report(

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import bar_chart
-from mlcore.jobs import Choice, Estimate, Int, JobContext, JobSpec, Seed
+from mlcore.jobs import Choice, Comparison, Estimate, Int, JobContext, JobSpec, Metric, Seed
 
 if TYPE_CHECKING:
     from mlcore.moe.layer import Activation
@@ -52,6 +52,37 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
 
 spec = JobSpec(
     name="moe-profile",
+    metrics=(
+        Metric(
+            key="moe_layer_ms",
+            label="MoE layer step",
+            unit="ms",
+            better="lower",
+            description="Wall-clock time of one forward and backward pass of the fused MoE layer.",
+        ),
+        Metric(
+            key="loop_ms",
+            label="Per-expert loop step",
+            unit="ms",
+            better="lower",
+            description="The same step written as a Python loop over experts (the reference).",
+        ),
+        Metric(
+            key="speedup_vs_loop",
+            label="Speed-up over the loop",
+            unit="×",
+            better="higher",
+            description="Loop time divided by the MoE layer's time.",
+        ),
+        Metric(
+            key="fraction_of_peak",
+            label="Share of peak",
+            unit="%",
+            better="higher",
+            description="Achieved FLOP/s as a share of the device's measured peak.",
+        ),
+    ),
+    comparison=Comparison.none("One layer is timed against its own per-expert loop; both appear in the metrics."),
     title="Profile an MoE layer",
     summary="Profile an MoE layer on your workers' hardware: forward + backward against a per-expert loop.",
     version=1,

@@ -155,3 +155,35 @@ def test_a_cancelled_job_stops_during_calibration(tiny_lm):
     outcome = execute(kind, params, inputs, ctx)
     assert outcome.status == "cancelled"
     assert not ctx.artifacts
+
+
+def test_mone_outputs_load_right_in_stock_transformers_or_refuse_loudly(tiny_lm):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    outcome, ctx = run({"model": str(tiny_lm), "methods": "mone", "ratios": "0.25", "cloze_items": 0})
+    assert outcome.status == "succeeded", outcome.traceback
+    ids = torch.randint(3, 300, (2, 16), generator=torch.Generator().manual_seed(0))
+    checkpoint, export = ctx.artifacts["checkpoint"].path, ctx.artifacts["checkpoint-stock"].path
+    with pytest.raises(ValueError, match="custom code"):
+        AutoModelForCausalLM.from_pretrained(checkpoint)
+    with torch.no_grad():
+        ours = load_model(checkpoint)(ids).logits
+        remote = AutoModelForCausalLM.from_pretrained(checkpoint, trust_remote_code=True, dtype=torch.float32)
+        torch.testing.assert_close(remote.eval()(ids).logits, ours, rtol=0, atol=1e-5)
+        stock = AutoModelForCausalLM.from_pretrained(export, dtype=torch.float32).eval()
+        torch.testing.assert_close(stock(ids).logits, load_model(export)(ids).logits, rtol=0, atol=1e-5)
+    assert stock.config.num_experts == 6
+    for folder in (checkpoint, export):
+        assert {"tokenizer.json", "tokenizer_config.json", "config.json"} <= {p.name for p in folder.iterdir()}
+    row = json.loads(ctx.artifacts["report.json"].path.read_text())["compressed"][0]
+    assert row["stock_export_ppl_mean"] > 1 and row["stock_export_ppl_mean"] != row["ppl_mean"]
+
+
+def test_a_checkpoint_without_a_tokenizer_is_refused_before_its_weights_load(tmp_path, tiny_lm):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(tiny_lm / "config.json", folder / "config.json")
+    (folder / "model.safetensors").write_bytes(b"")  # never read: the tokenizer check comes first
+    message, _ = _failure({"model": str(folder)})
+    assert "has no tokenizer" in message

@@ -30,18 +30,18 @@ def test_it_lists_the_moe_layers_with_their_shapes(arch: str) -> None:
         assert info.experts.gate_up_proj.shape[0] == 8
 
 
-def test_it_refuses_a_dense_model_naming_the_supported_architectures() -> None:
+def test_it_refuses_a_dense_model_saying_it_has_no_moe_layers() -> None:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     config = LlamaConfig(
         vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
     )
-    with pytest.raises(HFModelError, match=r"supported: mixtral, qwen2_moe.*gpt_oss"):
+    with pytest.raises(HFModelError, match=r"has no MoE layers"):
         adapt(AutoModelForCausalLM.from_config(config))
 
 
 def test_it_refuses_a_plain_module() -> None:
-    with pytest.raises(HFModelError, match="not a supported Hugging Face MoE model"):
+    with pytest.raises(HFModelError, match="not a Hugging Face model"):
         adapt(torch.nn.Linear(2, 2))
 
 

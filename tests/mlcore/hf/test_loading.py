@@ -42,11 +42,20 @@ def test_it_refuses_a_config_that_needs_remote_code(saved: Path) -> None:
         load_model(saved)
 
 
-def test_it_refuses_an_unsupported_model_type(saved: Path) -> None:
+def test_it_refuses_a_dense_model_type_before_loading_weights(saved: Path) -> None:
     config = json.loads((saved / "config.json").read_text())
+    config = {k: v for k, v in config.items() if k not in ("num_experts", "num_experts_per_tok")}
     config["model_type"] = "llama"
     (saved / "config.json").write_text(json.dumps(config))
-    with pytest.raises(HFModelError, match="'llama' is not a supported MoE architecture"):
+    with pytest.raises(HFModelError, match="llama config declares no routed experts"):
+        load_model(saved)
+
+
+def test_it_refuses_a_model_type_transformers_does_not_ship(saved: Path) -> None:
+    config = json.loads((saved / "config.json").read_text())
+    config["model_type"] = "my_own_moe"
+    (saved / "config.json").write_text(json.dumps(config))
+    with pytest.raises(HFModelError, match="'my_own_moe' is not one transformers ships"):
         load_model(saved)
 
 
