@@ -1,11 +1,16 @@
 """``pointcloud-segment``: label every point of an uploaded scan (or a sample scene) with a PTv3-lite /
 Point-MoE segmenter, in bounded memory.
 
-The cloud is read through the validating front door (:func:`mlcore.pointcloud.io.read_cloud`),
-grid-sampled, predicted tile by tile with overlap (:mod:`mlcore.pointcloud.segment`) and every
-input point gets its voxel's label. Outputs: the labelled PLY (every point, label + label colours,
-input colours kept), a downsampled preview PLY for the 3D viewer, a PNG thumbnail, per-class point
-counts, expert usage per predicted class (MoE segmenters) and timings.
+The cloud is read through the validating front door (:func:`mlcore.pointcloud.io.read_cloud`:
+local float32 coordinates beside a float64 offset, attributes normalised by meaning), grid-sampled,
+predicted tile by tile with overlap (:mod:`mlcore.pointcloud.segment`) and every input point gets
+its voxel's label. Only the attributes the ``attributes`` parameter names reach the model, and only
+the classes of the scene kind (indoor / outdoor) unless the user picks others. Outputs: the
+labelled PLY in double precision (every point at its input coordinates, label + label colours,
+input colours kept), a labelled LAS / LAZ for a LAS / LAZ input (the input's every field, scales,
+offsets and VLRs, ASPRS classification set), a downsampled preview PLY for the 3D viewer, a PNG
+thumbnail with a legend, per-class point counts (fine and coarse), expert usage per predicted
+class (MoE segmenters) and timings.
 """
 
 from __future__ import annotations
@@ -17,9 +22,31 @@ from pathlib import Path
 from typing import Any
 
 from mlcore.charts import bar_chart, small_multiples
-from mlcore.jobs import Choice, Dataset, Estimate, File, Int, JobContext, JobError, JobSpec, Model, Multi, Seed
+from mlcore.jobs import (
+    Choice,
+    Comparison,
+    Dataset,
+    Estimate,
+    File,
+    Int,
+    JobContext,
+    JobError,
+    JobSpec,
+    Metric,
+    Model,
+    Multi,
+    Seed,
+)
 from mlcore.pointcloud.io.formats import CLOUD_SUFFIXES
-from mlcore.pointcloud.labels import LABELS
+from mlcore.pointcloud.labels import COARSE, COARSE_OF, LABELS, scene_labels
+
+#: The ``attributes`` choices: which of the file's attributes reach the model.
+ATTRIBUTE_CHOICES = ("auto", "xyz-only", "colour", "intensity", "colour+intensity")
+#: What ``auto`` uses, per scene kind: the attributes on which the zoo segmenter's mIoU was measured
+#: not to fall (bench/results/pointcloud-encodings.md, attribute table).
+#: Geometry alone gives the zoo model mIoU 0.27 on the sample room and 0.12 on the street; colour
+#: indoors 0.73, intensity outdoors 0.52; the other attribute adds nothing (it never saw it there).
+AUTO_ATTRIBUTES: dict[str, tuple[str, ...]] = {"indoor": ("colour",), "outdoor": ("intensity",)}
 
 CLOUD_FORMATS = ("ply", "pcd", "xyz", "las")
 MAX_CLOUD_BYTES = 2 * 2**30
@@ -50,11 +77,47 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
             f"; mIoU {scalars['miou_vs_file_labels']:.3f} against the file's labels "
             f"(accuracy {scalars['accuracy_vs_file_labels']:.1%})"
         )
+    if scalars.get("coarse_miou_vs_file_labels") is not None:
+        line += f"; coarse mIoU {scalars['coarse_miou_vs_file_labels']:.3f}"
     return line + "."
 
 
 spec = JobSpec(
     name="pointcloud-segment",
+    metrics=(
+        Metric(
+            key="miou_vs_file_labels",
+            label="mIoU against the file's labels",
+            better="higher",
+            description="Mean intersection over union with the labels stored in the uploaded file.",
+        ),
+        Metric(
+            key="accuracy_vs_file_labels",
+            label="Point accuracy",
+            unit="%",
+            better="higher",
+            description="Share of points whose predicted class matches the file's label.",
+        ),
+        Metric(
+            key="segment_seconds",
+            label="Segmentation time",
+            unit="s",
+            better="lower",
+            description="Wall-clock seconds to segment the whole cloud on the worker.",
+            beside="points_per_second",
+        ),
+        Metric(
+            key="points_per_second",
+            label="Throughput",
+            unit="points/s",
+            better="higher",
+            description="Points segmented per wall-clock second.",
+        ),
+        Metric(key="points", label="Points", description="Points in the cloud."),
+    ),
+    comparison=Comparison.none(
+        "Segments one cloud with one model; pointcloud-train compares Point-MoE with a dense model."
+    ),
     title="Segment a point cloud (Point-MoE)",
     summary="Label every point of a scan with a PTv3-lite / Point-MoE segmenter; view it in 3D.",
     version=1,
@@ -81,11 +144,19 @@ spec = JobSpec(
             options=("auto", "indoor", "outdoor"),
             help="Grid size: indoor 0.04 m, outdoor 0.1 m; auto picks indoor when the scan spans under 25 m.",
         ),
+        Choice(
+            name="attributes",
+            default="auto",
+            options=ATTRIBUTE_CHOICES,
+            help="Which of the file's attributes the model sees besides geometry. auto: those it was measured to "
+            "use well (colour indoors, intensity outdoors); the others: what they name, when the file has it.",
+        ),
         Multi(
             name="classes",
             options=LABELS,
             default=[],
-            help="Restrict predictions to these classes (an upload has no dataset identity); empty: all.",
+            help="Restrict predictions to these classes (an upload has no dataset identity); empty: the classes "
+            "of the scene kind (indoor: floor … clutter; outdoor: road … pedestrian). Pick classes to allow others.",
         ),
         Int(
             name="chunk_points",
@@ -162,11 +233,36 @@ def usage_rows(usage: Any, layer_names: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def chosen_attributes(setting: str, kind: str) -> tuple[str, ...]:
+    """The attributes (``colour``, ``intensity``) the ``attributes`` choice asks for on a scene of ``kind``."""
+    if setting == "auto":
+        return AUTO_ATTRIBUTES.get(kind, ())
+    if setting == "xyz-only":
+        return ()
+    return tuple(setting.split("+"))
+
+
+def coarse_miou(pred: Any, truth: Any) -> tuple[float, dict[str, float]]:
+    """mIoU over the coarse classes present, from coarse ids (−1: no coarse class, not counted)."""
+    import numpy as np
+
+    valid = truth >= 0
+    k = len(COARSE)
+    conf = np.bincount(truth[valid] * k + np.clip(pred[valid], 0, k - 1), minlength=k * k).reshape(k, k)
+    ious: dict[str, float] = {}
+    for c in sorted(set(truth[valid].tolist())):
+        union = conf[c].sum() + conf[:, c].sum() - conf[c, c]
+        ious[COARSE[c]] = float(conf[c, c] / union) if union else 0.0
+    return (float(np.mean(list(ious.values()))) if ious else 0.0), ious
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import numpy as np
 
     from mlcore.pointcloud.io import read_cloud
+    from mlcore.pointcloud.io.cloud import Cloud
     from mlcore.pointcloud.io.ply import write_ply
+    from mlcore.pointcloud.labels import ASPRS_COARSE
     from mlcore.pointcloud.pipeline import SegmenterError, load_segmenter
     from mlcore.pointcloud.preview import input_colors, write_preview
     from mlcore.pointcloud.render import palette, render_thumbnail
@@ -186,12 +282,36 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     except SegmenterError as exc:
         raise JobError(f"Model: {exc}.") from None
     grid = choose_grid(cloud.xyz, params["setting"])
-    classes = [LABELS.index(c) for c in params["classes"]]
+    kind = "indoor" if grid < 0.07 else "outdoor"
+    for what, note in cloud.notes:
+        ctx.log(f"read {what}: {note}")
+    if cloud.offset.any():
+        ctx.log(
+            "georeferenced coordinates: offset "
+            + ", ".join(f"{v:,.3f}" for v in cloud.offset)
+            + " m subtracted in double precision before the model; the outputs keep the input coordinates"
+        )
+    wanted = chosen_attributes(params["attributes"], kind)
+    available = {"colour": cloud.rgb is not None, "intensity": cloud.intensity is not None}
+    used = tuple(a for a in wanted if available[a])
+    missing = [a for a in wanted if not available[a]]
+    if missing:
+        ctx.log(f"attributes: asked for {' and '.join(missing)}, which the file does not hold; left out")
+    ignored = [a for a, present in available.items() if present and a not in used]
+    ctx.log(
+        f"attributes used: geometry{''.join(' + ' + a for a in used)}"
+        + (f" (the file's {' and '.join(ignored)} not used: attributes={params['attributes']})" if ignored else "")
+    )
+    if params["classes"]:
+        classes = [LABELS.index(c) for c in params["classes"]]
+    else:
+        classes = [LABELS.index(c) for c in scene_labels(kind)]
+        ctx.log(f"classes: the {kind} set ({', '.join(scene_labels(kind))}); pick classes to allow others")
     ctx.log(
         f"{path.name}: {len(cloud):,} points"
         + (", colour" if cloud.rgb is not None else "")
         + (", intensity" if cloud.intensity is not None else "")
-        + f"; {params['setting']} → grid {grid:g} m; model {config['model']['proj']} projection"
+        + f"; {params['setting']} → {kind}, grid {grid:g} m; model {config['model']['proj']} projection"
         + (f" ({config['model']['experts']} experts, top-{config['model']['top_k']})" if model.cfg.is_moe else "")
     )
 
@@ -202,8 +322,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     result = segment_cloud(
         model,
         cloud.xyz,
-        cloud.rgb,
-        cloud.intensity,
+        cloud.rgb if "colour" in used else None,
+        cloud.intensity if "intensity" in used else None,
         grid=grid,
         classes=classes,
         chunk_points=params["chunk_points"],
@@ -220,17 +340,25 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         label_colors=colours,
         label_names=LABELS,
         intensity=cloud.intensity,
+        offset=cloud.offset,
+        double=True,
+        comments=[f"moelab attributes geometry{''.join(' ' + a for a in used)}"],
     )
-    # The full file can hold millions of points: the viewer gets the preview, the full one downloads.
-    ctx.artifact(
-        "labelled.ply",
-        full,
-        "application/x-ply" if len(cloud) <= params["preview_points"] else "application/octet-stream",
-    )
+    # The full file can hold millions of points: the viewer gets the preview, the full one downloads;
+    # a georeferenced one too (a browser's float32 would lose its centimetres).
+    viewable = len(cloud) <= params["preview_points"] and not cloud.offset.any()
+    ctx.artifact("labelled.ply", full, "application/x-ply" if viewable else "application/octet-stream")
     ctx.register("pointclouds", full, {"name": f"{path.stem} labelled", "points": len(cloud)})
-    preview_path = ctx.workdir / "preview.ply"
-    from mlcore.pointcloud.io.cloud import Cloud
+    if cloud.format in ("las", "laz"):
+        from mlcore.pointcloud.io.las_out import write_labelled_las
 
+        las_path, codes = write_labelled_las(path, ctx.workdir / f"labelled.{cloud.format}", result.labels)
+        ctx.artifact(las_path.name, las_path, "application/octet-stream")
+        ctx.log(
+            f"{las_path.name}: the input's fields, scales, offsets and VLRs, with ASPRS classification "
+            + ", ".join(f"{code}: {count:,}" for code, count in sorted(codes.items()))
+        )
+    preview_path = ctx.workdir / "preview.ply"
     shown = write_preview(
         preview_path,
         Cloud(xyz=cloud.xyz, rgb=cloud.rgb, intensity=cloud.intensity, labels=result.labels),
@@ -242,8 +370,10 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     ctx.artifact("preview.ply", preview_path, "application/x-ply")
     ctx.progress(0.93, "rendering the thumbnail")
     thumb_index = np.random.default_rng(params["seed"]).permutation(len(cloud))[:100_000]
+    present = np.unique(result.labels)
+    legend = [(LABELS[k], tuple(int(v) for v in colours[k])) for k in present]
     renderer = render_thumbnail(
-        cloud.xyz[thumb_index], colours[result.labels[thumb_index]], ctx.workdir / "thumbnail.png"
+        cloud.xyz[thumb_index], colours[result.labels[thumb_index]], ctx.workdir / "thumbnail.png", legend=legend
     )
     ctx.artifact("thumbnail.png", ctx.workdir / "thumbnail.png", "image/png")
     input_thumb = ctx.workdir / "input.png"
@@ -251,10 +381,23 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     ctx.artifact("input.png", input_thumb, "image/png")
 
     counts = np.bincount(result.labels, minlength=len(LABELS))
-    count_rows = [{"class": name, "points": int(n)} for name, n in zip(LABELS, counts, strict=True) if n]
+    count_rows = [
+        {"class": name, "coarse class": COARSE_OF[name], "points": int(n)}
+        for name, n in zip(LABELS, counts, strict=True)
+        if n
+    ]
     ctx.chart(
         "class_counts",
-        bar_chart("Points per predicted class", count_rows, x="class", y="points", x_title="Class", y_title="Points"),
+        bar_chart(
+            "Points per predicted class",
+            count_rows,
+            x="class",
+            y="points",
+            x_title="Class",
+            y_title="Points",
+            color="coarse class",
+            color_title="Coarse class",
+        ),
     )
     metrics: dict[str, float] = {
         "points": float(len(cloud)),
@@ -266,6 +409,10 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         "points_per_second": len(cloud) / max(result.seconds["total"], 1e-9),
         # Voxels whose logits overflowed: their labels are meaningless, so the page must say so.
         "nonfinite_voxel_share": result.nonfinite / max(result.voxels, 1),
+        "file_has_colour": float(available["colour"]),
+        "file_has_intensity": float(available["intensity"]),
+        "used_colour": float("colour" in used),
+        "used_intensity": float("intensity" in used),
     }
     if result.nonfinite:
         ctx.log(
@@ -296,14 +443,29 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         usage_path = ctx.workdir / "expert_usage.json"
         usage_path.write_text(json.dumps({"labels": list(LABELS), "usage": result.usage.tolist()}))
         ctx.artifact("expert_usage.json", usage_path, "application/json")
-    if cloud.labels is not None and len(cloud.labels) and cloud.labels.min() >= 0 and cloud.labels.max() < len(LABELS):
+    coarse_of_label = np.array([COARSE.index(COARSE_OF[name]) for name in LABELS])
+    pred_coarse = coarse_of_label[result.labels]
+    if cloud.labels is not None and cloud.label_field == "classification":
+        # LAS classification holds ASPRS codes, another taxonomy: compare on the coarse classes.
+        table = np.full(256, -1, np.int64)
+        for code, coarse in ASPRS_COARSE.items():
+            table[code] = COARSE.index(coarse)
+        truth = table[np.clip(cloud.labels, 0, 255)]
+        if (truth >= 0).any():
+            score, _ = coarse_miou(pred_coarse, truth)
+            metrics["coarse_miou_vs_file_labels"] = score
+            ctx.log(f"coarse mIoU {score:.3f} against the file's ASPRS classification (mapped to coarse classes)")
+    elif (
+        cloud.labels is not None and len(cloud.labels) and cloud.labels.min() >= 0 and cloud.labels.max() < len(LABELS)
+    ):
         # A sample scene carries its ground truth: say how well the prediction agrees with it.
         from mlcore.pointcloud.pipeline import confusion, miou
 
-        present = sorted(set(np.unique(cloud.labels).tolist()))
-        score, _ = miou(confusion(result.labels.astype(np.int64), cloud.labels.astype(np.int64)), present)
+        truth_ids = sorted(set(np.unique(cloud.labels).tolist()))
+        score, _ = miou(confusion(result.labels.astype(np.int64), cloud.labels.astype(np.int64)), truth_ids)
         metrics["accuracy_vs_file_labels"] = float((result.labels == cloud.labels).mean())
         metrics["miou_vs_file_labels"] = score
+        metrics["coarse_miou_vs_file_labels"], _ = coarse_miou(pred_coarse, coarse_of_label[cloud.labels])
     for key, value in metrics.items():
         ctx.metric(key, value)
     ctx.log(

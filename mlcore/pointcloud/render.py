@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -67,10 +68,13 @@ def render_thumbnail(
     size: tuple[int, int] = (640, 480),
     point_size: float = 3.0,
     renderer: Literal["auto", "open3d", "numpy"] = "auto",
+    legend: Sequence[tuple[str, tuple[int, int, int]]] = (),
 ) -> Renderer:
     """Render ``xyz`` (N, 3) with per-point uint8 ``colors`` (N, 3) to a PNG at ``path``.
 
     ``renderer="auto"`` tries open3d offscreen and falls back to numpy; the one used is returned.
+    ``legend``: (class name, colour) pairs, drawn as swatches in a panel right of the image
+    (:func:`add_legend`), so a thumbnail read alone says which colour is which class.
     """
     xyz = np.ascontiguousarray(xyz, dtype=np.float64)
     colors = np.ascontiguousarray(colors, dtype=np.uint8)
@@ -79,12 +83,45 @@ def render_thumbnail(
             f"render_thumbnail needs xyz (N, 3) and colors (N, 3) with N > 0, got {xyz.shape}, {colors.shape}"
         )
     path = Path(path)
+    used: Renderer
     if renderer in ("auto", "open3d") and _render_open3d_in_child(xyz, colors, path, size, point_size):
-        return "open3d"
-    if renderer == "open3d":
+        used = "open3d"
+    elif renderer == "open3d":
         raise RuntimeError("open3d could not render offscreen here (no Vulkan/EGL device?)")
-    render_numpy(xyz, colors, path, size=size, point_size=point_size)
-    return "numpy"
+    else:
+        render_numpy(xyz, colors, path, size=size, point_size=point_size)
+        used = "numpy"
+    if legend:
+        add_legend(path, legend)
+    return used
+
+
+#: Legend panel layout, in pixels.
+LEGEND_SWATCH = 14
+LEGEND_ROW = 20
+LEGEND_MARGIN = 10
+
+
+def add_legend(path: Path, legend: Sequence[tuple[str, tuple[int, int, int]]]) -> None:
+    """Widen the PNG at ``path`` by a white panel listing each class's colour swatch and name, in
+    exactly the colours the points are drawn in."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.open(path).convert("RGB")
+    font = ImageFont.load_default()
+    draw = ImageDraw.Draw(image)
+    width = max(int(draw.textlength(name, font=font)) for name, _ in legend) + LEGEND_SWATCH + 3 * LEGEND_MARGIN
+    rows = max(1, (image.height - 2 * LEGEND_MARGIN) // LEGEND_ROW)
+    columns = -(-len(legend) // rows)
+    canvas = Image.new("RGB", (image.width + width * columns, image.height), BACKGROUND)
+    canvas.paste(image, (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    for i, (name, rgb) in enumerate(legend):
+        x = image.width + (i // rows) * width + LEGEND_MARGIN
+        y = LEGEND_MARGIN + (i % rows) * LEGEND_ROW
+        draw.rectangle([x, y, x + LEGEND_SWATCH - 1, y + LEGEND_SWATCH - 1], fill=tuple(rgb), outline=(90, 90, 90))
+        draw.text((x + LEGEND_SWATCH + LEGEND_MARGIN // 2, y + 1), name, fill=(20, 20, 20), font=font)
+    canvas.save(path, format="PNG")
 
 
 def _render_open3d_in_child(

@@ -7,8 +7,9 @@
    many voxels is split in four, recursively, so memory stays bounded however uneven the density.
 3. Carry each voxel's label to every input point through ``inverse``.
 
-Heights are measured from each window's lowest point and coordinates are in voxel units, as in
-training (:mod:`mlcore.pointcloud.pipeline`).
+Heights are measured from the scan's lowest point and coordinates are in voxel units from the scan's
+lowest corner (as in training, :mod:`mlcore.pointcloud.pipeline`) in every window, so a tile border
+changes only the context a voxel sees, never its features or its place in the pooling grids.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mlcore.pointcloud.datasets import grid_sample, point_features
+from mlcore.pointcloud.datasets import point_features
 from mlcore.pointcloud.ptv3 import PointBatch, PTv3, restrict_logits
 from mlcore.pointcloud.scenes import LABELS
 
@@ -93,17 +94,48 @@ def choose_grid(xyz: np.ndarray, setting: str = "auto") -> float:
     return 0.04 if extent < INDOOR_EXTENT else 0.1
 
 
+#: Context around each tile, in voxels. More context did not bring tiled labels closer to untiled
+#: ones (a window that outgrows ``chunk_points`` splits into smaller tiles, each with this margin).
+OVERLAP_VOXELS = 32
+#: Window coordinates start at the scan's lowest corner shifted by whole multiples of this many voxels
+#: (a power of two above the backbone's pooling factor), so a tile's voxels and its pooling grid at
+#: every stage are the ones the untiled run would use, while coordinates stay below the backbone's
+#: per-axis limit however large the scan.
+WINDOW_ALIGN_VOXELS = 1024
+
+
+#: Coordinates are snapped to this many ticks per metre (10 µm) before voxelisation, and voxels are
+#: whole numbers of ticks: two encodings of the same scan (a float32 PLY, a LAS of integer
+#: millimetres, a georeferenced double shifted by an offset) differ by float rounding far below a
+#: tick, and a point exactly on a voxel border (millimetre data puts one in forty there) lands in
+#: the same voxel from every one of them.
+TICKS_PER_M = 100_000
+
+
+def voxelise(xyz: np.ndarray, grid: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kept point per voxel, inverse map, int64 ticks of every point from the lowest corner): the
+    voxels of :func:`~mlcore.pointcloud.datasets.grid_sample`, computed in whole ticks."""
+    if len(xyz) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 3), np.int64)
+    local = np.asarray(xyz, np.float64)
+    ticks = np.rint((local - local.min(0)) * TICKS_PER_M).astype(np.int64)
+    cells = ticks // round(grid * TICKS_PER_M)
+    key = (cells[:, 0] << 42) | (cells[:, 1] << 21) | cells[:, 2]
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1), ticks
+
+
 @torch.inference_mode()
 def _predict(
-    model: PTv3, xyz: np.ndarray, feat: np.ndarray, grid: float, allowed: torch.Tensor
+    model: PTv3, coord: np.ndarray, feat: np.ndarray, allowed: torch.Tensor
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """(label, logits all finite, top-1 expert per MoE layer) per voxel of one window. Inference
-    mode makes the model take its fused path (:meth:`~mlcore.pointcloud.ptv3.Block._forward_inference`)."""
-    coord = torch.from_numpy(((xyz - xyz.min(0)) / grid).astype(np.float32))
-    points = PointBatch(coord, torch.from_numpy(feat), torch.zeros(len(xyz), dtype=torch.long))
+    """(label, logits all finite, top-1 expert per MoE layer) per voxel of one window, from its
+    voxel-unit coordinates. Inference mode makes the model take its fused path
+    (:meth:`~mlcore.pointcloud.ptv3.Block._forward_inference`)."""
+    points = PointBatch(torch.from_numpy(coord), torch.from_numpy(feat), torch.zeros(len(coord), dtype=torch.long))
     logits = model(points)
     finite = torch.isfinite(logits).all(-1).numpy()
-    pred = restrict_logits(logits, allowed.expand(len(xyz), -1)).argmax(-1).numpy()
+    pred = restrict_logits(logits, allowed.expand(len(coord), -1)).argmax(-1).numpy()
     routing = [r.numpy() for r in model.point_routing()] if model.cfg.is_moe else []
     return pred, finite, routing
 
@@ -122,18 +154,25 @@ def segment_cloud(
 ) -> Segmentation:
     """Labels for every point of a cloud. ``classes`` restricts the predictions to a subset of the
     master labels (uploads have no dataset identity: the full taxonomy or the user's subset).
-    ``overlap`` defaults to 32 voxels of context. ``on_chunk(done_voxels, total_voxels)`` reports
-    progress (and may raise to cancel)."""
+    ``overlap`` defaults to :data:`OVERLAP_VOXELS` voxels of context. ``on_chunk(done_voxels, total_voxels)`` reports
+    progress (and may raise to cancel).
+
+    Tiles see what the untiled run sees: features (height above the scan's lowest point, colour,
+    intensity) are computed once for the whole scan, and each window's voxel coordinates are the
+    scan's own, shifted by a multiple of :data:`WINDOW_ALIGN_VOXELS`, so only the context beyond a
+    tile's margin differs."""
     model.eval()
     t0, cpu0 = time.perf_counter(), time.process_time()
     allowed = torch.zeros(len(LABELS), dtype=torch.bool)
     allowed[classes if classes else list(range(len(LABELS)))] = True
-    keep, inverse = grid_sample(xyz, grid)
-    vox = xyz[keep].astype(np.float64)
-    feat_rgb = None if rgb is None else rgb[keep]
-    feat_int = None if intensity is None else intensity[keep]
+    keep, inverse, ticks = voxelise(xyz, grid)
+    step = round(grid * TICKS_PER_M)
+    vox = ticks[keep].astype(np.float64) / TICKS_PER_M  # metres from the scan's lowest corner
+    feats = point_features(vox, None if rgb is None else rgb[keep], None if intensity is None else intensity[keep])
+    vox_ticks = ticks[keep]
+    align = WINDOW_ALIGN_VOXELS * step
     t1 = time.perf_counter()
-    margin = overlap if overlap is not None else 32 * grid
+    margin = overlap if overlap is not None else OVERLAP_VOXELS * grid
     labels = np.zeros(len(vox), np.int32)
     layers = len(model.routed())
     usage = np.zeros((len(LABELS), layers, model.cfg.experts), np.int64) if layers else None
@@ -144,11 +183,10 @@ def segment_cloud(
 
     def run(window: np.ndarray, core: np.ndarray) -> None:
         nonlocal chunks, done, nonfinite
-        w = vox[window]
-        feat = point_features(
-            w, None if feat_rgb is None else feat_rgb[window], None if feat_int is None else feat_int[window]
-        )
-        pred, finite, routing = _predict(model, w, feat, grid, allowed)
+        w = vox_ticks[window]
+        anchor = (w.min(0) // align) * align
+        coord = ((w - anchor) / step).astype(np.float32)
+        pred, finite, routing = _predict(model, coord, feats[window], allowed)
         labels[window[core]] = pred[core]
         nonfinite += int((~finite[core]).sum())
         if usage is not None:

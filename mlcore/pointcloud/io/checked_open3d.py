@@ -1,4 +1,5 @@
-"""PCD and the text formats (XYZ, XYZRGB, PTS), read by open3d only after our own checks.
+"""PCD (read by open3d) and the text formats (XYZ, XYZRGB, PTS, read by numpy in double precision),
+only after our own checks.
 
 open3d's readers trust the file: a PTS whose first line claims more points than it holds comes
 back padded with zeros, a short binary PCD fails with a warning on stdout and an empty cloud, and
@@ -21,12 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from mlcore.errors import JobError
+from mlcore.pointcloud.io.attributes import colour_note, unknown_intensity
 from mlcore.pointcloud.io.cloud import (
     MAX_HEADER_BYTES,
     Cloud,
     check_count,
     check_rows,
     declared_more_than_held,
+    localise,
     parse_count,
 )
 from mlcore.pointcloud.io.ply import to_uint8_colors
@@ -181,15 +184,50 @@ def check_text(path: Path, fmt: str, max_points: int) -> int:
     return rows
 
 
+#: Per-point class fields a PCD may carry, by preference (open3d names each attribute after its field).
+PCD_LABEL_FIELDS = ("label", "labels", "class", "classification", "semantic")
+
+
+def read_text(path: Path, fmt: str, *, max_points: int) -> Cloud:
+    """Check an XYZ / XYZRGB / PTS file, then parse it with numpy in float64.
+
+    open3d's tensor reader parses text coordinates as float32, which quantises a UTM easting to
+    3 cm and a northing to 50 cm; numpy's parser keeps every digit the file holds.
+    """
+    expected = check_text(path, fmt, max_points)
+    with path.open("rb") as f:
+        if fmt == "pts":
+            f.readline()
+        values = np.fromfile(f, dtype=np.float64, sep=" ")
+    width = len(values) // expected if expected else 0
+    if width * expected != len(values) or width not in TEXT_COLUMNS[fmt]:
+        raise _fail(path, f"its {expected:,} rows do not hold the same count of numbers each.")
+    table = values.reshape(expected, width)
+    xyz, offset = localise([table[:, 0], table[:, 1], table[:, 2]])
+    notes: list[tuple[str, str]] = [("coordinates", f"{fmt.upper()} text, read in double precision")]
+    intensity = rgb = None
+    if fmt == "pts" and width in (4, 7):
+        intensity, note = unknown_intensity(table[:, 3], "PTS intensity")
+        notes.append(("intensity", note))
+    if width >= 6:
+        colours = table[:, width - 3 :]
+        notes.append(("colour", colour_note(colours, f"{fmt.upper()} colour")))
+        rgb = to_uint8_colors(colours)
+    return Cloud(xyz=xyz, rgb=rgb, intensity=intensity, offset=offset, format=fmt, notes=tuple(notes)).checked(path)
+
+
 def read_with_open3d(path: Path, fmt: str, *, max_points: int) -> Cloud:
-    """Check ``path`` as ``fmt`` (pcd, xyz, xyzrgb, pts), then read it with open3d's tensor IO."""
-    expected = check_pcd(path, max_points) if fmt == "pcd" else check_text(path, fmt, max_points)
+    """Check ``path`` as ``fmt`` (pcd, xyz, xyzrgb, pts); read PCD with open3d's tensor IO (which
+    keeps a double field double) and the text formats with numpy (:func:`read_text`)."""
+    if fmt != "pcd":
+        return read_text(path, fmt, max_points=max_points)
+    expected = check_pcd(path, max_points)
     import open3d as o3d
 
     # open3d reports failures as warnings on stdout; we report them ourselves below.
     o3d.utility.set_verbosity_level(o3d.utility.VerbosityLevel.Error)
     with tempfile.TemporaryDirectory(prefix="moelab-cloud-") as tmp:
-        # open3d's text readers go by the file name's extension even when told the format.
+        # open3d's readers go by the file name's extension even when told the format.
         named = Path(tmp) / f"cloud.{fmt}"
         named.symlink_to(path.resolve())
         cloud = o3d.t.io.read_point_cloud(str(named), format=fmt, remove_nan_points=False, remove_infinite_points=False)
@@ -199,12 +237,33 @@ def read_with_open3d(path: Path, fmt: str, *, max_points: int) -> Cloud:
         raise _fail(
             path, f"open3d read {len(positions):,} of the {expected:,} points the file declares: it is corrupt."
         )
+    xyz, offset = localise([positions[:, 0], positions[:, 1], positions[:, 2]])
+    notes: list[tuple[str, str]] = [("coordinates", f"PCD, {positions.dtype}")]
     colors = attributes.get("colors")
-    intensity = attributes.get("intensity", attributes.get("intensities"))
-    labels = attributes.get("label", attributes.get("labels"))
+    rgb = None
+    if colors is not None:
+        # open3d unpacks PCD's packed rgb into floats in [0, 1].
+        notes.append(("colour", colour_note(colors.numpy(), "PCD colour")))
+        rgb = to_uint8_colors(colors.numpy())
+    raw_intensity = attributes.get("intensity", attributes.get("intensities"))
+    intensity = None
+    if raw_intensity is not None:
+        intensity, note = unknown_intensity(raw_intensity.numpy().reshape(-1), "PCD intensity")
+        notes.append(("intensity", note))
+    label_at = next((name for name in PCD_LABEL_FIELDS if name in attributes), None)
+    labels = None
+    if label_at is not None:
+        values = attributes[label_at].numpy().reshape(-1)
+        if values.dtype.kind == "f" and not (np.isfinite(values).all() and np.array_equal(values, np.round(values))):
+            raise _fail(path, f"its {label_at} field holds values that are not whole class ids.")
+        labels = values.astype(np.int32)
     return Cloud(
-        xyz=np.ascontiguousarray(positions, dtype=np.float32),
-        rgb=None if colors is None else to_uint8_colors(colors.numpy()),
-        intensity=None if intensity is None else intensity.numpy().reshape(-1).astype(np.float32),
-        labels=None if labels is None else labels.numpy().reshape(-1).astype(np.int32),
+        xyz=xyz,
+        rgb=rgb,
+        intensity=intensity,
+        labels=labels,
+        offset=offset,
+        label_field=label_at,
+        format="pcd",
+        notes=tuple(notes),
     ).checked(path)

@@ -20,8 +20,9 @@ what to do.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,17 +46,66 @@ MAX_HEADER_BYTES = 16 * 2**20
 _NUMBER = rb"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf|infinity)"
 
 
+#: A cloud whose every coordinate lies within this many metres of the origin keeps its coordinates
+#: (float32 holds them to 0.06 mm); farther out, a whole-metre offset is subtracted in float64 first.
+NEAR_ORIGIN_M = 1024.0
+
+
+def choose_offset(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The per-scan offset (float64, (3,)) for a cloud whose finite coordinates span ``lo``..``hi``:
+    zero near the origin, else the bounding box minimum rounded down to whole metres.
+
+    float32 keeps about 7 significant digits: x ≈ 512,000 m is quantised to 3 cm, y ≈ 5,400,000 m to
+    50 cm. Subtracting a whole-metre offset in float64 first is exact, and leaves local coordinates
+    that float32 holds to well under a millimetre for any scan up to 8 km across.
+    """
+    lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    if max(float(np.abs(lo).max(initial=0.0)), float(np.abs(hi).max(initial=0.0))) <= NEAR_ORIGIN_M:
+        return np.zeros(3)
+    return np.floor(lo)
+
+
+def localise(columns: list[np.ndarray] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(float32 (N, 3) local coordinates, float64 (3,) offset) from three coordinate columns of any
+    float type: the offset is chosen from the finite values (:func:`choose_offset`) and subtracted in
+    float64 before the cast, one column at a time so a 50M-point cloud needs no (N, 3) float64 copy."""
+    cols = [np.asarray(c) for c in (columns.T if isinstance(columns, np.ndarray) and columns.ndim == 2 else columns)]
+    lo = np.zeros(3)
+    hi = np.zeros(3)
+    for k, col in enumerate(cols):
+        finite = col[np.isfinite(col)]
+        if finite.size:
+            lo[k], hi[k] = float(finite.min()), float(finite.max())
+    offset = choose_offset(lo, hi)
+    xyz = np.empty((len(cols[0]), 3), np.float32)
+    for k, col in enumerate(cols):
+        xyz[:, k] = col.astype(np.float64) - offset[k] if offset[k] else col
+    return xyz, offset
+
+
 @dataclass(frozen=True)
 class Cloud:
     """Points with optional per-point attributes, all of length ``N``.
 
-    ``xyz`` float32 (N, 3); ``rgb`` uint8 (N, 3); ``intensity`` float32 (N,); ``labels`` int32 (N,).
+    ``xyz`` float32 (N, 3) **local** coordinates: the point's position in the file is
+    ``xyz + offset`` (computed in float64 by :meth:`world`); ``offset`` float64 (3,) is zero for a
+    cloud near the origin (:func:`choose_offset`). ``rgb`` uint8 (N, 3); ``intensity`` float32 (N,)
+    in [0, 1], normalised by the reader by what the file's field means (``notes`` says how);
+    ``labels`` int32 (N,): the file's own per-point class field, as the file numbers it, when it has
+    one: ``label_field`` names it (``"classification"`` for LAS, whose values are ASPRS codes;
+    ``"label"``, ``"class"``, ... for PLY and PCD properties). ``format`` is the detailed format the
+    reader found (``ply``, ``las``, ``laz``, ``pcd``, ``xyz``, ...); ``notes``: (attribute, what was
+    read and how it was scaled) pairs, for the job's log.
     """
 
     xyz: np.ndarray
     rgb: np.ndarray | None = None
     intensity: np.ndarray | None = None
     labels: np.ndarray | None = None
+    offset: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    label_field: str | None = None
+    format: str | None = None
+    notes: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.xyz)
@@ -68,9 +118,21 @@ class Cloud:
             shape = (n, width) if width else (n,)
             if value.dtype != dtype or value.shape != shape:
                 raise ValueError(f"Cloud.{name} must be {np.dtype(dtype)} {shape}, got {value.dtype} {value.shape}")
+        offset = np.asarray(self.offset, dtype=np.float64).reshape(3)
+        object.__setattr__(self, "offset", offset)
+        if self.labels is not None and self.label_field is None:
+            object.__setattr__(self, "label_field", "label")
 
     def __len__(self) -> int:
         return len(self.xyz)
+
+    def world(self) -> np.ndarray:
+        """float64 (N, 3): the coordinates as the file holds them (``xyz + offset``)."""
+        return self.xyz.astype(np.float64) + self.offset
+
+    def replace(self, **changes: object) -> Cloud:
+        """A copy with some fields changed (e.g. ``rgb=None`` to leave colour out)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     def subset(self, index: np.ndarray) -> Cloud:
         """The points at ``index`` (an integer array or a boolean mask), with their attributes."""
@@ -79,7 +141,9 @@ class Cloud:
             return None if values is None else np.ascontiguousarray(values[index])
 
         xyz = np.ascontiguousarray(self.xyz[index])
-        return Cloud(xyz=xyz, rgb=pick(self.rgb), intensity=pick(self.intensity), labels=pick(self.labels))
+        return dataclasses.replace(
+            self, xyz=xyz, rgb=pick(self.rgb), intensity=pick(self.intensity), labels=pick(self.labels)
+        )
 
     def checked(self, path: Path) -> Cloud:
         """Return ``self`` if every coordinate is finite, else raise a :class:`JobError`."""

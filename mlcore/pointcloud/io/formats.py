@@ -12,6 +12,7 @@ las / laz  the ``LASF`` signature; LAZ sets bit 7 of the point format   las
 xyz        whitespace-separated lines of 3 numbers                     xyz
 xyzrgb     ... of 6 numbers (x y z r g b)                              xyz
 pts        a point count alone on the first line, then 4 or 7 numbers  xyz
+e57        the ``ASTM-E57`` signature (recognised only to be refused)   e57
 =========  ==========================================================  ============
 """
 
@@ -22,7 +23,14 @@ from collections import Counter
 from pathlib import Path
 
 #: Upload format names (what ``File(formats=...)`` lists) for each detailed format.
-UPLOAD_NAMES = {"ply": "ply", "pcd": "pcd", "las": "las", "laz": "las", "xyz": "xyz", "xyzrgb": "xyz", "pts": "xyz"}
+UPLOAD_NAMES = {
+    "ply": "ply", "pcd": "pcd", "las": "las", "laz": "las", "xyz": "xyz", "xyzrgb": "xyz", "pts": "xyz", "e57": "e57",
+}  # fmt: skip
+#: Formats recognised only so that the refusal can name them and say how to convert them.
+REFUSED = {
+    "e57": "E57 (ASTM E2807) is not read here. Convert it to LAZ or PLY, e.g. `pdal translate scan.e57 "
+    "scan.laz` or CloudCompare (File > Save as LAS/LAZ or PLY), and upload that.",
+}
 #: The file names a folder's point clouds go by: how the point-cloud jobs and the library's
 #: ``pointclouds`` check find the clouds in a scene folder.
 CLOUD_SUFFIXES = (".ply", ".pcd", ".xyz", ".xyzrgb", ".pts", ".las", ".laz")
@@ -37,6 +45,8 @@ def cloud_format(head: bytes) -> str | None:
     if head.startswith(b"# .PCD"):
         # PCL's own first line: enough on its own, as comments may push FIELDS past the window.
         return "pcd"
+    if head.startswith(b"ASTM-E57"):
+        return "e57"
     if head.startswith(b"LASF"):
         compressed = len(head) > LAS_POINT_FORMAT_OFFSET and head[LAS_POINT_FORMAT_OFFSET] & 0x80
         return "laz" if compressed else "las"

@@ -18,7 +18,14 @@ from pathlib import Path
 import numpy as np
 
 from mlcore.errors import JobError
-from mlcore.pointcloud.io.cloud import Cloud, check_count, check_plausible_count, declared_more_than_held
+from mlcore.pointcloud.io.attributes import las_colour, las_intensity
+from mlcore.pointcloud.io.cloud import (
+    Cloud,
+    check_count,
+    check_plausible_count,
+    choose_offset,
+    declared_more_than_held,
+)
 
 #: Minimum record length of each point data record format (LAS 1.4 R15, Tables 7-28).
 RECORD_BYTES = {0: 20, 1: 28, 2: 26, 3: 34, 4: 57, 5: 63, 6: 30, 7: 36, 8: 38, 9: 59, 10: 67}
@@ -118,15 +125,59 @@ def read_las(path: Path, *, max_points: int) -> Cloud:
             ) from None
     if len(points) != count:
         raise declared_more_than_held(path, f"{count:,} points", f"{len(points):,} that could be read")
-    xyz = np.stack([np.asarray(points.x), np.asarray(points.y), np.asarray(points.z)], axis=1)
-    # Cloud keeps float32 (about 7 significant digits): georeferenced scans far from the origin
-    # lose millimetres, which segmentation at centimetre grids does not notice.
+    xyz, offset = las_local_xyz(points, header)
+    notes: list[tuple[str, str]] = [
+        (
+            "coordinates",
+            f"LAS {version[0]}.{version[1]} point format {point_format}, scales "
+            f"{', '.join(f'{s:g}' for s in header.scales)}, offsets {', '.join(f'{o:.3f}' for o in header.offsets)}",
+        )
+    ]
+    # Every record of these formats has the fields; all zeros means the scanner recorded none.
     rgb = None
     if point_format in WITH_RGB:
         channels = np.stack([np.asarray(points.red), np.asarray(points.green), np.asarray(points.blue)], axis=1)
-        rgb = (channels >> 8).astype(np.uint8) if channels.max(initial=0) > 255 else channels.astype(np.uint8)
-    intensity = np.asarray(points.intensity, dtype=np.float32)
+        if channels.any():
+            rgb, note = las_colour(channels)
+            notes.append(("colour", note))
+        else:
+            notes.append(("colour", "LAS colour fields all zero: read as no colour"))
+    intensity = None
+    raw_intensity = np.asarray(points.intensity)
+    if raw_intensity.any():
+        intensity, note = las_intensity(raw_intensity)
+        notes.append(("intensity", note))
+    else:
+        notes.append(("intensity", "LAS intensity all zero: read as no intensity"))
     classification = np.asarray(points.classification, dtype=np.int32)
     # 0 "created, never classified" and 1 "unclassified" carry no labels.
     labels = classification if classification.size and classification.max() > 1 else None
-    return Cloud(xyz=xyz.astype(np.float32), rgb=rgb, intensity=intensity, labels=labels).checked(path)
+    return Cloud(
+        xyz=xyz,
+        rgb=rgb,
+        intensity=intensity,
+        labels=labels,
+        offset=offset,
+        label_field="classification" if labels is not None else None,
+        format="laz" if compressed else "las",
+        notes=tuple(notes),
+    ).checked(path)
+
+
+def las_local_xyz(points: object, header: object) -> tuple[np.ndarray, np.ndarray]:
+    """float32 local coordinates and the float64 offset, from the integer records.
+
+    x = X · scale + header offset; with the per-scan offset of :func:`choose_offset` (a whole metre)
+    the local coordinate is X · scale + (header offset − offset), computed in float64 before the cast,
+    so a UTM-sized scan keeps its millimetres.
+    """
+    scales = np.asarray(header.scales, np.float64)  # type: ignore[attr-defined]
+    offsets = np.asarray(header.offsets, np.float64)  # type: ignore[attr-defined]
+    raw = [np.asarray(getattr(points, axis)) for axis in ("X", "Y", "Z")]
+    lo = np.array([r.min() if r.size else 0 for r in raw], np.float64) * scales + offsets
+    hi = np.array([r.max() if r.size else 0 for r in raw], np.float64) * scales + offsets
+    offset = choose_offset(np.minimum(lo, hi), np.maximum(lo, hi))
+    xyz = np.empty((len(raw[0]), 3), np.float32)
+    for k in range(3):
+        xyz[:, k] = raw[k].astype(np.float64) * scales[k] + (offsets[k] - offset[k])
+    return xyz, offset

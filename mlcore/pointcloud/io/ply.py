@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from mlcore.errors import JobError
+from mlcore.pointcloud.io.attributes import colour_note, unknown_intensity
 from mlcore.pointcloud.io.cloud import (
     MAX_HEADER_BYTES,
     Cloud,
@@ -33,6 +34,7 @@ from mlcore.pointcloud.io.cloud import (
     check_plausible_count,
     check_rows,
     declared_more_than_held,
+    localise,
     parse_count,
 )
 
@@ -275,21 +277,39 @@ def read_ply(path: Path, *, max_points: int) -> Cloud:
         dtype = np.dtype([(f"p{i}", endian + p.type) for i, p in enumerate(vertex.properties)])
         table = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(vertex.count,))
     x, y, z = _column(table, names, ("x", "y", "z")) or []
-    xyz = np.stack([x, y, z], axis=1).astype(np.float32)
+    # Local coordinates from the file's own precision (a double PLY keeps its millimetres).
+    xyz, offset = localise([x, y, z])
+    coord_type = {p.name.lower(): p.type for p in vertex.properties}["x"]
+    coord_name = {"f8": "double", "f4": "float"}.get(coord_type, coord_type)
+    notes: list[tuple[str, str]] = [("coordinates", f"PLY {header.format}, {coord_name}")]
     rgb_names = _RGB_NAMES
     if any(c.startswith("moelab label") for c in header.comments) and "input_red" not in names:
         # Our labelled file without input colours: its red/green/blue are label colours, which
         # must not come back as the sensor's colours (a model would read them as features).
         rgb_names = ()
     rgb = next((c for want in rgb_names if (c := _column(table, names, want))), None)
-    intensity = next((c[0] for want in _INTENSITY_NAMES if (c := _column(table, names, (want,)))), None)
-    labels = next((c[0] for want in _LABEL_NAMES if (c := _column(table, names, (want,)))), None)
-    del table  # release the memory map before returning
+    intensity_at = next((want for want in _INTENSITY_NAMES if want in names), None)
+    intensity = None
+    if intensity_at is not None:
+        intensity, note = unknown_intensity(np.array(_column(table, names, (intensity_at,))[0]), intensity_at)
+        notes.append(("intensity", note))
+    label_at = next((want for want in _LABEL_NAMES if want in names), None)
+    labels = None if label_at is None else _column(table, names, (label_at,))[0]
+    rgb_array = None
+    if rgb is not None:
+        stacked = np.stack(rgb, axis=1)
+        notes.append(("colour", colour_note(stacked, "PLY colour")))
+        rgb_array = to_uint8_colors(stacked)
+    del table, x, y, z, rgb  # release the memory map before returning
     cloud = Cloud(
         xyz=xyz,
-        rgb=None if rgb is None else to_uint8_colors(np.stack(rgb, axis=1)),
-        intensity=None if intensity is None else np.array(intensity, dtype=np.float32),  # a copy, not a map view
+        rgb=rgb_array,
+        intensity=intensity,
         labels=None if labels is None else _to_labels(path, np.asarray(labels)),
+        offset=offset,
+        label_field=label_at,
+        format="ply",
+        notes=tuple(notes),
     )
     return cloud.checked(path)
 
@@ -364,8 +384,15 @@ def write_ply(
     label_colors: np.ndarray | None = None,
     label_names: list[str] | tuple[str, ...] | None = None,
     intensity: np.ndarray | None = None,
+    offset: np.ndarray | None = None,
+    double: bool = False,
+    comments: list[str] | tuple[str, ...] = (),
 ) -> Path:
     """Write a binary little-endian PLY cloud; with ``labels``, a labelled one.
+
+    Coordinates are ``xyz + offset``: float32 by default; with ``double`` (or a non-zero ``offset``,
+    a georeferenced scan) float64, computed in float64, so the file holds the input's coordinates to
+    well under a millimetre. ``comments`` are extra header comment lines.
 
     With ``labels``: a ``label`` int property, ``red/green/blue`` = the label's colour from
     ``label_colors`` (K, 3) uint8 (default :func:`mlcore.pointcloud.render.palette`), so any
@@ -376,14 +403,16 @@ def write_ply(
     renamed).
     """
     path = Path(path)
-    xyz = np.asarray(xyz, dtype=np.float32)
+    shift = np.zeros(3) if offset is None else np.asarray(offset, dtype=np.float64).reshape(3)
+    double = double or bool(shift.any())
+    coord = "<f8" if double else "<f4"
+    xyz = np.asarray(xyz)
     n = len(xyz)
     fields: list[tuple[str, str, np.ndarray]] = [
-        ("x", "<f4", xyz[:, 0]),
-        ("y", "<f4", xyz[:, 1]),
-        ("z", "<f4", xyz[:, 2]),
+        (axis, coord, xyz[:, k].astype(np.float64) + shift[k] if double else xyz[:, k].astype(np.float32))
+        for k, axis in enumerate("xyz")
     ]
-    comments: list[str] = []
+    legend: list[str] = []
     if labels is not None:
         labels = np.asarray(labels).astype(np.int32)
         if labels.shape != (n,) or (n and labels.min() < 0):
@@ -411,7 +440,7 @@ def write_ply(
             if k in present or label_names:
                 name = label_names[k] if label_names and k < len(label_names) else f"class {k}"
                 r, g, b = (int(v) for v in label_colors[k])
-                comments.append(f"moelab label {k} {r} {g} {b} {' '.join(str(name).split())}")
+                legend.append(f"moelab label {k} {r} {g} {b} {' '.join(str(name).split())}")
     elif rgb is not None:
         rgb = np.asarray(rgb, dtype=np.uint8)
         fields += [("red", "u1", rgb[:, 0]), ("green", "u1", rgb[:, 1]), ("blue", "u1", rgb[:, 2])]
@@ -422,9 +451,10 @@ def write_ply(
         if len(values) != n:
             raise ValueError(f"{name} has {len(values)} values for {n} points")
         table[name] = values
-    ply_names = {"<f4": "float", "u1": "uchar", "<i4": "int"}
+    ply_names = {"<f4": "float", "<f8": "double", "u1": "uchar", "<i4": "int"}
     header = ["ply", "format binary_little_endian 1.0", "comment written by MoE Lab"]
-    header += [f"comment {c}" for c in comments]
+    header += [f"comment {' '.join(str(c).split())}" for c in comments]
+    header += [f"comment {c}" for c in legend]
     header.append(f"element vertex {n}")
     header += [f"property {ply_names[code]} {name}" for name, code, _ in fields]
     header.append("end_header")
