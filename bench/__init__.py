@@ -14,11 +14,14 @@ BENCHMARKS: dict[str, str] = {
     "distill": "bench.distill",
     "mixture": "bench.mixture",
     "routing": "bench.routing",
+    "ld-mole": "bench.ld_mole",
     "graph": "bench.graph_ood",
     "watermark": "bench.watermark",
     "watermark-latency": "bench.watermark_latency",
+    "watermark-embed": "bench.watermark_embed",
     "video": "bench.video",
     "pointcloud": "bench.pointcloud",
+    "pointcloud-encodings": "bench.pointcloud_encodings",
 }
 #: Benchmarks of the web platform: they need Django set up (``python -m bench`` does it before
 #: importing them) and a migrated database of their own, PostgreSQL and Redis, which

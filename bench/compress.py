@@ -189,8 +189,9 @@ def _markdown(
         f"Tier **{tier_name}**: models {', '.join(bases)}; ratios {', '.join(f'{r:g}' for r in tier.ratios)}; "
         f"calibration sources {', '.join(tier.sources)}; samples {', '.join(map(str, tier.samples))}; "
         f"seeds {', '.join(map(str, tier.seeds))}; {tier.eval_windows} held-out windows of 128 tokens per source; "
-        f"{tier.cloze_items} cloze items per source (4 choices). This run {elapsed / 60:.1f} min; the "
-        f"configurations took {compute / 60:.1f} min of pruning and evaluation in all (cached ones included).",
+        f"{tier.cloze_items} cloze items per source (4 choices). "
+        + (f"This run {elapsed / 60:.1f} min; the " if elapsed else "Rebuilt from the cache (`--report`); the ")
+        + f"configurations took {compute / 60:.1f} min of pruning and evaluation in all (cached ones included).",
         "",
         "Unpruned models:",
         "",
@@ -244,18 +245,178 @@ def _by_dimension(per_method: dict[str, Any]) -> list[str]:
 
 
 def _verdict(per_method: dict[str, Any]) -> str:
-    """One sentence that says, from the data, whether MoNE degraded least and varied least."""
+    """Where MoNE ranks on the mixed metric (every source, most of them outside the calibration
+    domain); the verdict on the paper's claim is computed from paired intervals in its own section."""
     if "mone" not in per_method:
         return "MoNE was not run."
     by_mean = sorted(per_method, key=lambda m: per_method[m]["delta_ppl_pct"][0])
     rank_mean = by_mean.index("mone") + 1
-    verdict = f"MoNE ranks {rank_mean} of {len(by_mean)} by mean Δppl (best: {by_mean[0]})"
+    verdict = f"On the mixed metric MoNE ranks {rank_mean} of {len(by_mean)} by mean Δppl (best: {by_mean[0]})"
     if per_method["mone"]["configs"] < 2:
         verdict += "; its spread needs more than one configuration (the full tier)."
     else:
         by_std = sorted(per_method, key=lambda m: per_method[m]["delta_ppl_pct"][1])
         verdict += f" and {by_std.index('mone') + 1} of {len(by_std)} by its spread (steadiest: {by_std[0]})."
-    return verdict + ("" if rank_mean == 1 else " The paper's expectation (MoNE degrades least) does not hold here.")
+    return verdict + " This ranking mixes in-domain and cross-domain sources: the verdict is in its own section."
+
+
+#: Baselines MoNE is judged against (card §3); MoNE-zero and MoNE-delete are its own ablations.
+BASELINES = ("random", "frequency", "rs", "ean", "reap", "naee", "hc-smoe")
+#: The paper's headline gains in average zero-shot accuracy over the best baseline (card §1).
+CLAIMED_ACC_PTS = {
+    0.25: (2.72, "card §1: +2.72 at 25%, abstract"),
+    0.5: (3.61, "card §1: +3.61 at 50%, earlier arXiv version"),
+}
+#: Card §4 states an order (MoNE ≤ MoNE-zero ≤ deletion), no size: the smallest effect of interest taken
+#: here is 5 points of Δppl (5% of the unpruned perplexity), five times what the card calls noise.
+CLAIMED_PPL_PTS = 5.0
+OFF_SCALE = (
+    "a three-domain zoo model, one training seed, 128 held-out windows per source; the card: a one-domain "
+    "model, 3 training seeds, ≥ 512 held-out sequences"
+)
+
+
+def _geomean(values: list[float]) -> float:
+    import math
+
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def domain_rows(rows: list[dict[str, Any]], bases: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each finished row with its in-domain Δppl % (the calibration source's own test split against the
+    unpruned model there) and cross-domain Δppl % (geometric mean over the other sources)."""
+    out = []
+    for r in rows:
+        if "skipped" in r or r["model"] not in bases:
+            continue
+        base = bases[r["model"]]["perplexity"]
+        others = [s for s in r["perplexity"] if s != r["source"]]
+        out.append(
+            {
+                **r,
+                "in_domain_pct": 100 * (r["perplexity"][r["source"]] / base[r["source"]] - 1),
+                "cross_domain_pct": 100
+                * (_geomean([r["perplexity"][s] for s in others]) / _geomean([base[s] for s in others]) - 1),
+            }
+        )
+    return out
+
+
+def _config(r: dict[str, Any]) -> tuple[str, int, int]:
+    return r["source"], r["samples"], r["seed"]
+
+
+def domain_table(drows: list[dict[str, Any]], ratio: float) -> list[str]:
+    models = sorted({r["model"] for r in drows})
+    lines = [
+        "| method | " + " | ".join(f"{m} in-domain | {m} cross-domain" for m in models) + " |",
+        "|---|" + "---|---|" * len(models),
+    ]
+    for method in METHOD_ORDER:
+        cells = []
+        for model in models:
+            mine = [r for r in drows if r["method"] == method and r["model"] == model and r["ratio"] == ratio]
+            for field in ("in_domain_pct", "cross_domain_pct"):
+                if mine:
+                    mean, sd = mean_std([r[field] for r in mine])
+                    cells.append(f"{mean:.1f} ± {sd:.1f} ({len(mine)})")
+                else:
+                    cells.append("–")
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def claims(drows: list[dict[str, Any]], ratio: float, model: str) -> list[Any]:
+    """The verdicts for one model and ratio: MoNE against its best baseline, paired over the
+    calibration configurations (source × samples × seed), in-domain Δppl and cloze accuracy."""
+    from bench.verdicts import Claim, judge
+
+    mine = [r for r in drows if r["model"] == model and r["ratio"] == ratio]
+    by = {(r["method"], _config(r)): r for r in mine}
+    configs = sorted({_config(r) for r in mine if r["method"] == "mone"})
+    verdicts = []
+    effect, source = CLAIMED_ACC_PTS[ratio]
+    specs = (
+        (
+            Claim(
+                f"{model}, {ratio:.0%} pruned: MoNE degrades least in-domain",
+                "in-domain Δppl %",
+                CLAIMED_PPL_PTS,
+                "card §4 gives an order, no size; 5 points taken as the smallest effect of interest",
+                higher_is_better=False,
+                ceiling=0.0,
+                off_scale=OFF_SCALE,
+            ),
+            "in_domain_pct",
+        ),
+        (
+            Claim(
+                f"{model}, {ratio:.0%} pruned: MoNE keeps more zero-shot accuracy",
+                "cloze Δacc points (all sources)",
+                effect,
+                source,
+                higher_is_better=True,
+                ceiling=0.0,
+                off_scale=OFF_SCALE,
+            ),
+            "delta_acc_pts",
+        ),
+    )
+    for claim, field in specs:
+        candidates = [b for b in BASELINES if all((b, c) in by for c in configs)]
+        if not configs or not candidates:
+            continue
+        sign = 1 if claim.higher_is_better else -1
+        best = max(candidates, key=lambda b: sign * statistics.fmean(by[(b, c)][field] for c in configs))
+        seconds = statistics.fmean(
+            by[(m, c)].get("seconds", 0.0) + by[(m, c)].get("calibration_seconds", 0.0)
+            for m in ("mone", best)
+            for c in configs
+        )
+        verdicts.append(
+            judge(
+                claim,
+                ("mone", [by[("mone", c)][field] for c in configs]),
+                (best, [by[(best, c)][field] for c in configs]),
+                seconds_per_run=seconds,
+            )
+        )
+    return verdicts
+
+
+def domain_sections(
+    rows: list[dict[str, Any]], bases: dict[str, Any], ratios: tuple[float, ...]
+) -> tuple[list[str], list[Any]]:
+    """In-domain and cross-domain tables and the computed verdicts, per ratio."""
+    from bench import verdicts as rule
+
+    drows = domain_rows(rows, bases)
+    lines = [
+        "",
+        "## In-domain and cross-domain rows",
+        "",
+        "The mixed metric above averages all three test sources, so two thirds of every number is outside the "
+        "calibration domain. Here **in-domain** is the calibration source's own test split (test source = "
+        "calibration source) and **cross-domain** the geometric mean over the other two sources, each as Δppl % "
+        "over the unpruned model on the same windows; mean ± sd over configurations (count in brackets).",
+    ]
+    all_verdicts = []
+    for ratio in ratios:
+        lines += ["", f"### Pruning ratio {ratio:g}", "", *domain_table(drows, ratio)]
+    lines += [""]
+    for ratio in ratios:
+        for model in sorted({r["model"] for r in drows}):
+            all_verdicts += claims(drows, ratio, model)
+    lines += rule.section("Verdicts on the paper's claims (computed from paired intervals)", all_verdicts)
+    lines += [
+        "",
+        "Pairs: the calibration configurations (source × sample count × calibration seed) MoNE and its best "
+        "baseline share; the best baseline is the one with the best mean in that metric among "
+        + ", ".join(BASELINES)
+        + ". Costs are the cache's measured prune-and-evaluate seconds; the card's setting also needs its "
+        "one-domain model trained under 3 seeds (about 11 min each by the card's estimate).",
+    ]
+    return lines, all_verdicts
 
 
 def prepare_folder(folder: Path, spec: Tier) -> dict[str, Any]:
@@ -297,14 +458,57 @@ def run(tier: str, results: Path) -> None:
         complete = complete and len(group) == len(spec.ratios) * len(METHOD_ORDER)
         rows += group
     elapsed = time.perf_counter() - started
+    _write(tier, spec, rows, bases, elapsed, complete, results)
+
+
+def _write(
+    tier: str,
+    spec: Tier,
+    rows: list[dict[str, Any]],
+    bases: dict[str, Any],
+    elapsed: float,
+    complete: bool,
+    results: Path,
+) -> None:
+    from bench import verdicts as rule
+    from bench.compress_traffic import report as traffic_report
+
     summary = summarise(rows, spec.ratios)
     body = _markdown(tier, spec, summary, bases, elapsed, sum(r.get("seconds", 0.0) for r in rows))
+    domain_lines, verdicts = domain_sections(rows, bases, spec.ratios)
+    traffic_lines, traffic = traffic_report(results)
+    body += "\n".join(domain_lines) + "\n" + ("\n" + "\n".join(traffic_lines) + "\n" if traffic_lines else "")
     if not complete:
         body += (
             f"\n**Partial study**: {len(rows)} configurations finished (MOELAB_BENCH_BUDGET_S stopped new ones); "
             "run `make bench-compress FULL=1` again to resume from bench/cache/compress.jsonl. Until the grid is "
             "complete, the spreads and per-dimension means mix the other dimensions' settings.\n"
         )
-    data = {"tier": tier, "complete": complete, "summary": summary, "bases": bases, "rows": rows}
+    data = {
+        "tier": tier,
+        "complete": complete,
+        "summary": summary,
+        "bases": bases,
+        "rows": rows,
+        "verdicts": rule.as_json(verdicts),
+        "novice_traffic": traffic,
+    }
     write_results(results, "compress", body, data)
     print(body)
+
+
+def report_from_cache(results: Path) -> None:
+    """Rebuild ``compress.md`` from the cached full-tier rows and the unpruned models' scores the last
+    full run recorded in ``compress.json``; nothing is pruned or evaluated."""
+    spec = TIERS["full"]
+    previous = json.loads((results / "compress.json").read_text())
+    bases = previous["bases"]
+    rows, complete = [], True
+    for model, source, samples, seed in group_order(spec, list(spec.models)):
+        for ratio in spec.ratios:
+            for method in METHOD_ORDER:
+                found = CACHE.get(_key(model, source, samples, seed, method, ratio, spec))
+                complete = complete and found is not None
+                if found is not None:
+                    rows.append(found)
+    _write("full", spec, rows, bases, 0.0, complete, results)

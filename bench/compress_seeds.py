@@ -16,7 +16,9 @@ is missing is reported with the command that trains it, and the rest of the stud
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -161,8 +163,103 @@ def _verdict(entry: dict[str, Any]) -> str:
     seeds = "training seed" + ("s" if len(ranks) > 1 else "")
     return (
         f"MoNE ranks {listed} of {next(iter(ranks.values()))['of']} on {seeds} {', '.join(map(str, ranks))}; "
-        f"best method: {', '.join(best)}; the expected order holds on {held} of {len(entry['expected_order'])} "
-        f"{seeds}."
+        f"best method: {', '.join(best)}; the expected order of the means holds on {held} of "
+        f"{len(entry['expected_order'])} {seeds} (a per-seed ranking; the verdict is the interval table below)."
+    )
+
+
+def seed_claims(rows: list[dict[str, Any]], bases: dict[int, Any], ratios: tuple[float, ...]) -> list[Any]:
+    """MoNE against its best baseline, paired by training seed: in-domain Δppl (the calibration source's own
+    test split) and the mixed metric of the tables above."""
+    from bench.compress import BASELINES, CLAIMED_PPL_PTS, OFF_SCALE, domain_rows
+    from bench.verdicts import Claim, judge
+
+    keyed = [{**r, "model": str(r["training_seed"])} for r in rows]
+    drows = domain_rows(keyed, {str(seed): base for seed, base in bases.items()})
+    out = []
+    for ratio in ratios:
+        mine = [r for r in drows if r["ratio"] == ratio]
+        by = {(r["method"], r["training_seed"]): r for r in mine}
+        seeds = sorted({r["training_seed"] for r in mine if r["method"] == "mone"})
+        for field, metric in (("in_domain_pct", "in-domain Δppl %"), ("delta_ppl_pct", "mixed Δppl % (all sources)")):
+            candidates = [b for b in BASELINES if all((b, s) in by for s in seeds)]
+            if not seeds or not candidates:
+                continue
+            best = min(candidates, key=lambda b: statistics.fmean(by[(b, s)][field] for s in seeds))
+            claim = Claim(
+                f"{ratio:.0%} pruned: MoNE degrades least ({metric.split(' Δ')[0]})",
+                metric,
+                CLAIMED_PPL_PTS,
+                "card §4 gives an order, no size; 5 points taken as the smallest effect of interest",
+                higher_is_better=False,
+                ceiling=0.0,
+                off_scale=OFF_SCALE.replace("one training seed, ", ""),
+            )
+            seconds = statistics.fmean(
+                by[(m, s)].get("seconds", 0.0) + by[(m, s)].get("calibration_seconds", 0.0)
+                for m in ("mone", best)
+                for s in seeds
+            )
+            out.append(
+                judge(
+                    claim,
+                    ("mone", [by[("mone", s)][field] for s in seeds]),
+                    (best, [by[(best, s)][field] for s in seeds]),
+                    seconds_per_run=seconds,
+                )
+            )
+    return out
+
+
+def _write(
+    tier: str,
+    spec: Tier,
+    rows: list[dict[str, Any]],
+    bases: dict[int, Any],
+    missing: list[int],
+    note: str,
+    results: Path,
+) -> None:
+    from bench import verdicts as rule
+
+    summary = summarise_seeds(rows, spec.ratios)
+    body = _markdown(tier, spec, summary, bases, missing)
+    found = seed_claims(rows, bases, spec.ratios)
+    body += "\n" + "\n".join(rule.section("Verdicts (paired by training seed)", found)) + "\n"
+    body += note
+    complete = sorted(bases) == list(TRAINING_SEEDS)
+    data = {"tier": tier, "complete": complete, "missing_seeds": missing, "summary": summary}
+    data["verdicts"] = rule.as_json(found)
+    write_results(results, "compress-seeds", body, {**data, "bases": bases, "rows": rows})
+    print(body)
+
+
+def report_from_cache(results: Path) -> None:
+    """``python -m bench compress-seeds --report``: the report from the cached rows and the unpruned scores the
+    last full run recorded in ``compress-seeds.json``; nothing is trained, pruned or evaluated."""
+    from bench.compress import METHOD_ORDER, _key
+    from mlcore.zoo.recipes import get_recipe
+
+    spec = SEED_TIERS["full"]
+    previous = json.loads((results / "compress-seeds.json").read_text())
+    bases = {int(seed): base for seed, base in previous["bases"].items()}
+    rows: list[dict[str, Any]] = []
+    for seed in sorted(bases):
+        name = get_recipe(RECIPE).with_seed(seed).run_name
+        for ratio in spec.ratios:
+            for method in METHOD_ORDER:
+                key = _key(name, spec.sources[0], spec.samples[0], spec.seeds[0], method, ratio, spec)
+                if (found := CACHE.get(key)) is not None:
+                    rows.append({**found, "training_seed": seed})
+    missing = [s for s in TRAINING_SEEDS if s not in bases]
+    _write(
+        "full",
+        spec,
+        rows,
+        bases,
+        missing,
+        "\nRebuilt from the cache (`python -m bench compress-seeds --report`).\n",
+        results,
     )
 
 
@@ -184,12 +281,8 @@ def run(tier: str, results: Path) -> None:
         bases[seed] = state["base"]
         group = run_group(name, spec.sources[0], spec.samples[0], spec.seeds[0], spec, cache, state)
         rows += [{**row, "training_seed": seed} for row in group]
-    summary = summarise_seeds(rows, spec.ratios)
-    body = _markdown(tier, spec, summary, bases, missing)
+    note = ""
     if only:
-        body += f"\n**Partial**: MOELAB_BENCH_SEEDS={','.join(map(str, only))} restricted the training seeds.\n"
-    body += f"\nThis run {(time.perf_counter() - started) / 60:.1f} min.\n"
-    complete = sorted(bases) == list(TRAINING_SEEDS)
-    data = {"tier": tier, "complete": complete, "missing_seeds": missing, "summary": summary}
-    write_results(results, "compress-seeds", body, {**data, "bases": bases, "rows": rows})
-    print(body)
+        note += f"\n**Partial**: MOELAB_BENCH_SEEDS={','.join(map(str, only))} restricted the training seeds.\n"
+    note += f"\nThis run {(time.perf_counter() - started) / 60:.1f} min.\n"
+    _write(tier, spec, rows, bases, missing, note, results)

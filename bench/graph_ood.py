@@ -169,13 +169,11 @@ def verdict(table: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
         if "disco" not in rows:
             continue
         full = statistics.fmean(rows["disco"]["ood_test"])
-        beaten = [m for m in ("erm", "gsat") if m in rows and full > statistics.fmean(rows[m]["ood_test"])]
-        others = [m for m in ("erm", "gsat") if m in rows and m not in beaten]
+        means = ", ".join(f"{m} {statistics.fmean(rows[m]['ood_test']):.3f}" for m in ("erm", "gsat") if m in rows)
         nonzero = [v for v in rows["disco"]["gate_nonzero"] if v is not None]
         lines.append(
-            f"- **{setting}**: the full method's mean OOD-test accuracy {full:.3f} "
-            + (f"beats {', '.join(beaten)}" if beaten else "beats neither ERM nor GSAT-lite")
-            + (f" and does not beat {', '.join(others)}" if beaten and others else "")
+            f"- **{setting}**: the full method's mean OOD-test accuracy {full:.3f} ({means}; the verdict, from "
+            "paired intervals, is in the verdict table)"
             + (f"; its gate keeps {statistics.fmean(nonzero):.2f} of the experts per graph" if nonzero else "")
             + (" (the card expects 1–2)" if nonzero and statistics.fmean(nonzero) > 2 else "")
             + "."
@@ -202,6 +200,49 @@ def verdict(table: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
                 + "."
             )
     return lines
+
+
+#: Card §3 quotes the GOOD leaderboard for context: the best method over ERM by 5.9 (basis) and 7.3 (size)
+#: points of OOD accuracy; 0.06 is the claimed effect taken here.
+CLAIMED_EFFECT = 0.06
+
+
+def claims(table: dict[str, dict[str, dict[str, Any]]], tier: str) -> list[Any]:
+    """The full method against the better of ERM and GSAT-lite per setting, paired by seed (seed = data and
+    initialisation), OOD-test accuracy; the ceiling is the label-noise ceiling."""
+    from bench.verdicts import Claim, judge
+
+    spec = TIERS[tier]
+    off_scale = (
+        None
+        if tier == "card"
+        else f"{spec.graphs} graphs, GIN width {spec.hidden} (the card: about 2.5k graphs, width 64)"
+    )
+    out = []
+    for setting, rows in table.items():
+        baselines = [m for m in ("erm", "gsat") if m in rows]
+        if "disco" not in rows or not baselines:
+            continue
+        best = max(baselines, key=lambda m: statistics.fmean(rows[m]["ood_test"]))
+        n = min(len(rows["disco"]["ood_test"]), len(rows[best]["ood_test"]))
+        claim = Claim(
+            f"{setting}: the full method beats ERM and GSAT-lite out of distribution",
+            "OOD-test accuracy",
+            CLAIMED_EFFECT,
+            "card §3: GOOD leaderboard, best method over ERM by 5.9–7.3 points",
+            ceiling=statistics.fmean(rows[best]["ceiling"]),
+            off_scale=off_scale,
+        )
+        seconds = statistics.fmean([*rows["disco"]["seconds"], *rows[best]["seconds"]])
+        out.append(
+            judge(
+                claim,
+                ("disco", rows["disco"]["ood_test"][:n]),
+                (best, rows[best]["ood_test"][:n]),
+                seconds_per_run=seconds,
+            )
+        )
+    return out
 
 
 def section(tier: str, *, run_missing: bool = True) -> tuple[str, dict[str, Any]]:
@@ -262,6 +303,17 @@ def section(tier: str, *, run_missing: bool = True) -> tuple[str, dict[str, Any]
         "",
     ]
     lines += verdict(table)
+    from bench import verdicts as rule
+
+    found = claims(table, tier)
+    if found:
+        lines += ["", *rule.section("Verdict table (computed from paired intervals)", found, level="###")]
+        lines += [
+            "",
+            "ERM's OOD accuracy sits far below its in-distribution accuracy here (ID val column) and below what "
+            "public leaderboards report for ERM on the full 60k-graph Motif set (about 0.64 basis, 0.53 size); a "
+            "baseline tuned with the method's budget is still to be run, so a win over it overstates the method.",
+        ]
     if missing:
         lines += [
             "",
@@ -270,6 +322,7 @@ def section(tier: str, *, run_missing: bool = True) -> tuple[str, dict[str, Any]
             + ".",
         ]
     data = {"tier": tier, "tier_config": asdict(spec), "table": table, "missing": missing}
+    data["verdicts"] = rule.as_json(found)
     return "\n".join(lines) + "\n", data
 
 
@@ -289,6 +342,11 @@ def run(tier: str, results: Path, *, run_missing: bool = True) -> None:
             )
             data["card"] = card_data
     write_results(results, "graph", "# Graph OOD: diverse subgraph experts\n\n" + markdown, data)
+
+
+def report_from_cache(results: Path) -> None:
+    """``python -m bench graph --report``: ``graph.md`` from the cached runs of every tier; nothing runs."""
+    run("full", results, run_missing=False)
 
 
 def main() -> None:

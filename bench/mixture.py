@@ -135,8 +135,10 @@ def run_stdlib_method(method: str, spec: dict[str, Any], seed: int) -> dict[str,
     return row
 
 
-def _cached(key: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _cached(key: str, compute: Callable[[], dict[str, Any]], *, run_missing: bool = True) -> dict[str, Any]:
     if key not in CACHE:
+        if not run_missing:
+            raise RuntimeError(f"{key} is not cached: run `python -m bench mixture --tier full` first")
         row = compute()
         CACHE.put(key, row)
         print(f"{key}: {row['val_loss']:.4f}", flush=True)
@@ -243,13 +245,61 @@ def _tier_b_markdown(spec: dict[str, Any], summary: list[dict[str, Any]]) -> lis
     return lines
 
 
-def run(tier: str, results: Path) -> None:
+#: Card §4 expects FastMix to approach the grid oracle (tier A) and RegMix-lite's bits per character
+#: (tier B) and gives no size: 0.02 (val loss, resp. bpc) is the smallest effect of interest taken here.
+MIXTURE_EFFECT = 0.02
+#: The searched baselines (card §3) and the no-search one; the oracles (grid, target mix) set the ceiling.
+SEARCHED = ("uniform", "regmix-lite", "doremi-lite")
+
+
+def claims(rows: list[dict[str, Any]], metric: str, ceiling_method: str, tier_name: str) -> list[Any]:
+    """Each FastMix setting against the best of uniform, RegMix-lite and DoReMi-lite, paired by seed; the
+    ceiling is the oracle's mean (the grid in tier A, the known target mix in tier B)."""
+    from bench.verdicts import Claim, judge
+
+    by = {(r["method"], r["seed"]): r for r in rows}
+    seeds = sorted({r["seed"] for r in rows})
+    methods = sorted({r["method"] for r in rows})
+
+    def values(method: str) -> list[float]:
+        return [by[(method, s)][metric] for s in seeds]
+
+    baselines = [m for m in SEARCHED if all((m, s) in by for s in seeds)]
+    if not baselines:
+        return []
+    best = min(baselines, key=lambda m: statistics.fmean(values(m)))
+    ceiling = statistics.fmean(values(ceiling_method)) if all((ceiling_method, s) in by for s in seeds) else None
+    out = []
+    for method in methods:
+        if not method.startswith("fastmix") or not all((method, s) in by for s in seeds):
+            continue
+        claim = Claim(
+            f"{tier_name}: {method} beats the searched baselines",
+            metric,
+            MIXTURE_EFFECT,
+            f"card §4 gives an order, no size; {MIXTURE_EFFECT} taken as the smallest effect of interest",
+            higher_is_better=False,
+            ceiling=ceiling,
+        )
+        seconds = statistics.fmean(by[(m, s)].get("search_seconds", 0.0) for m in (method, best) for s in seeds)
+        out.append(judge(claim, (method, values(method)), (best, values(best)), seconds_per_run=seconds))
+    return out
+
+
+def report_from_cache(results: Path) -> None:
+    """``python -m bench mixture --report``: ``mixture.md`` from the cached full-tier runs; nothing runs."""
+    run("full", results, compute=False)
+
+
+def run(tier: str, results: Path, *, compute: bool = True) -> None:
     import torch
 
     torch.set_num_threads(1)  # the machine's cores are shared with other engineers
     spec_a, spec_b = TIERS[tier]["a"], TIERS[tier]["b"]
     rows_a = [
-        _cached(f"{tier}/{_slug(method)}-s{seed}", lambda m=method, s=seed: run_method(m, spec_a, s))
+        _cached(
+            f"{tier}/{_slug(method)}-s{seed}", lambda m=method, s=seed: run_method(m, spec_a, s), run_missing=compute
+        )
         for seed in range(spec_a["seeds"])
         for method in spec_a["methods"]
     ]
@@ -257,6 +307,7 @@ def run(tier: str, results: Path) -> None:
         _cached(
             f"{tier}/stdlib/{_slug(method)}-s{seed}",
             lambda m=method, s=seed: run_stdlib_method(m, spec_b, s),
+            run_missing=compute,
         )
         for seed in range(spec_b["seeds"])
         for method in spec_b["methods"]
@@ -265,11 +316,24 @@ def run(tier: str, results: Path) -> None:
     _add_paired(rows_b, "val_bpc", "uniform", "vs_uniform")
     _add_paired(rows_b, "val_bpc", "regmix-lite", "vs_regmix")
     summary_b = _summarise(rows_b, spec_b["methods"], ("val_bpc", "vs_uniform", "vs_regmix", "distance"))
-    markdown = "\n".join(_tier_a_markdown(tier, spec_a, summary_a) + _tier_b_markdown(spec_b, summary_b))
+    from bench import verdicts as rule
+
+    found = claims(rows_a, "val_loss", "grid", "tier A") + claims(rows_b, "val_bpc", "target mix", "tier B")
+    markdown = "\n".join(
+        _tier_a_markdown(tier, spec_a, summary_a)
+        + _tier_b_markdown(spec_b, summary_b)
+        + ["", *rule.section("Verdicts (computed from paired intervals)", found)]
+        + [
+            "",
+            "Headroom: the best searched baseline's distance to the oracle (tier A: the grid's mixture; tier B: "
+            "training on the known target mix). Costs are the measured search seconds of the two methods.",
+        ]
+    )
     data = {
         "tier": tier,
         "summary": summary_a,
         "runs": rows_a,
         "tier_b": {"spec": spec_b, "summary": summary_b, "runs": rows_b},
+        "verdicts": rule.as_json(found),
     }
     write_results(results, "mixture", markdown, data)

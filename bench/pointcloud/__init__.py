@@ -49,7 +49,7 @@ from bench.pointcloud.report import (
     usage_chart_png,
     usage_lines,
 )
-from bench.pointcloud.study import run
+from bench.pointcloud.study import report_from_cache, run
 from bench.pointcloud.tiers import CONFIGS, GPU_TIERS, MODELS, SEEN, TIERS, ZERO_SHOT, Tier
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "nonfinite_lines",
     "paper_lines",
     "pregenerate_scans",
+    "report_from_cache",
     "run",
     "run_config",
     "run_parallel",

@@ -12,6 +12,7 @@ from bench.pointcloud.cache import _cached_runs
 from bench.pointcloud.measure import run_config, throughput
 from bench.pointcloud.report import (
     card_lines,
+    claims,
     nonfinite_lines,
     paper_lines,
     summarise,
@@ -20,6 +21,10 @@ from bench.pointcloud.report import (
     usage_lines,
 )
 from bench.pointcloud.tiers import GPU_TIERS, TIERS
+
+#: What the CPU tiers keep smaller than the card's offline plan (card §4: C = 64, ~10 blocks, 8–16k-point
+#: crops, 2–3k steps).
+OFF_SCALE = "C = 32, 6 blocks, 2,048-point crops; the card: C = 64, ~10 blocks, 8–16k-point crops, 2–3k steps"
 
 
 def _runs(tier: str) -> list[dict[str, Any]]:
@@ -33,22 +38,40 @@ def _runs(tier: str) -> list[dict[str, Any]]:
     return runs
 
 
-def run(tier: str, results: Path) -> None:
+def report_from_cache(results: Path) -> None:
+    """``python -m bench pointcloud --report``: ``pointcloud.md`` from the cached full and card runs, with the
+    throughput rows the last full run recorded in ``pointcloud.json``; nothing trains or is timed."""
+    import json
+
+    previous = json.loads((results / "pointcloud.json").read_text())
+    run("full", results, cached=True, speed=previous.get("throughput") or [], huge=previous.get("huge"))
+
+
+def run(
+    tier: str,
+    results: Path,
+    *,
+    cached: bool = False,
+    speed: list[dict[str, Any]] | None = None,
+    huge: dict[str, Any] | None = None,
+) -> None:
     spec = TIERS[tier]
     start = time.perf_counter()
-    runs = _cached_runs(tier) if tier in GPU_TIERS else _runs(tier)
+    runs = _cached_runs(tier) if tier in GPU_TIERS or cached else _runs(tier)
     # The full study includes the card-scale runs (cached; ``--report`` lists the finished ones).
-    card = _runs("card") if tier == "full" else []
+    card = (_cached_runs("card") if cached else _runs("card")) if tier == "full" else []
     card_md, card_table = card_lines(card) if card else ([], {})
     # ... and the runs at the card's own scale, trained on a GPU: only ever read from the cache here.
     at_scale = _cached_runs("paper") if tier == "full" else []
     paper_md, paper_table = paper_lines(at_scale) if at_scale else ([], {})
     paper = next((r for r in runs if r["config"] == "moe-proj" and r["seed"] == 0), None)
     chart = []
-    if paper is not None and usage_chart_png(paper, results / "pointcloud-usage.png"):
+    png = results / "pointcloud-usage.png"
+    if paper is not None and ((cached and png.is_file()) or usage_chart_png(paper, png)):
         chart = ["![Expert usage by dataset, moe-proj seed 0](pointcloud-usage.png)", ""]
-    speed = [s for n in spec.throughput if (s := throughput(n)) is not None]
-    huge = throughput(spec.huge, chunk=150_000, compare=False) if spec.huge else None
+    if speed is None:
+        speed = [s for n in spec.throughput if (s := throughput(n)) is not None]
+        huge = throughput(spec.huge, chunk=150_000, compare=False) if spec.huge else None
     lines, table = summarise(runs, spec.configs)
     md = [
         "# Point-MoE on SynMix",
@@ -82,6 +105,14 @@ def run(tier: str, results: Path) -> None:
         *throughput_lines(speed + ([huge] if huge else [])),
         *nonfinite_lines(runs),
     ]
+    from bench import verdicts as rule
+
+    found = claims(runs, tier, OFF_SCALE)
+    if card:
+        found += claims(card, "card", OFF_SCALE)
+    if at_scale:
+        found += claims(at_scale, "paper", None)
+    md += ["", *rule.section("Verdicts (computed from paired intervals)", found)]
     data = {
         "tier": asdict(spec),
         "runs": runs,
@@ -91,5 +122,6 @@ def run(tier: str, results: Path) -> None:
         "throughput": speed,
         "huge": huge,
         "seconds": round(time.perf_counter() - start, 1),
+        "verdicts": rule.as_json(found),
     }
     write_results(results, "pointcloud", "\n".join(md), data)

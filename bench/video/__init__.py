@@ -40,9 +40,10 @@ from bench.video.measure import attention_baselines_case, attention_case, evalua
 from bench.video.report import (
     attention_baselines_report,
     claims,
-    extended_claims,
     promoe_section,
+    promoe_verdicts,
     quality_section,
+    quality_verdicts,
     report,
 )
 from bench.video.study import (
@@ -52,6 +53,7 @@ from bench.video.study import (
     promoe_row,
     promoe_study,
     quality_row,
+    report_from_cache,
     run,
 )
 from bench.video.tiers import (
@@ -80,16 +82,18 @@ __all__ = [
     "build_parser",
     "claims",
     "evaluate",
-    "extended_claims",
     "extended_promoe",
     "extended_quality",
     "main",
     "promoe_row",
     "promoe_section",
     "promoe_study",
+    "promoe_verdicts",
     "quality_row",
     "quality_section",
+    "quality_verdicts",
     "report",
+    "report_from_cache",
     "run",
     "store",
     "train_and_evaluate",

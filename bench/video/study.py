@@ -199,3 +199,9 @@ def extended_promoe(
             if row is not None:
                 found.setdefault(seed, {})[label] = row
     return _complete_seeds(found, _started(found, tuple(PROMOE_CONFIGS)))
+
+
+def report_from_cache(results: Path) -> None:
+    """``python -m bench video --report``: rebuild ``video.md`` from the full tier's cache; nothing is
+    trained, measured or loaded."""
+    run("full", results, train_missing=False)

@@ -10,6 +10,10 @@ LD-MoLE's shared λ network are a tenth of the adapter parameters there. The rul
   spend the budget as configured.
 - **LoRA** (one adapter) takes the rank whose adapter is closest to the budget: E·r plus the
   routers' worth of rank.
+- **MoLA** spreads the same total of experts over the layers (more in higher ones), so it spends
+  the budget exactly when every layer adapts the same projections.
+- **HydraLoRA** (one shared A, E B heads and a router per site) takes the rank r whose count,
+  r·in + E·r·out + E·in per site, is closest to the budget.
 - **LD-MoLE** keeps the configured λ width when that already fits within the tolerance (on a large
   base the shared λ network is negligible). Otherwise it pays for its λ network inside the
   budget: it keeps the most experts (of rank r) that fit beside a λ network of the configured
@@ -27,7 +31,7 @@ from collections.abc import Iterable
 
 from torch import nn
 
-from mlcore.lora_moe.mixture import MixtureConfig
+from mlcore.lora_moe.mixture import MixtureConfig, mola_allocation
 
 #: Adapted projections as (in_features, out_features), one per site.
 Sites = list[tuple[int, int]]
@@ -55,6 +59,11 @@ def mixture_parameters(sites: Sites, config: MixtureConfig) -> int:
     linear gates (E·in per site, none for LoRA) and, for LD-MoLE, the shared λ network."""
     if config.routing == "lora":
         return _count(sites, 1, config.experts * config.rank, gates=False)
+    if config.routing == "hydra":
+        return _hydra_count(sites, config.experts, config.rank)
+    if config.routing == "mola":
+        counts = _mola_experts(sites, config)
+        return sum(n * (config.rank * (i + o) + i) for (i, o), n in zip(sites, counts, strict=True))
     hidden = config.lambda_hidden if config.routing in LD_MOLE else None
     return _count(sites, config.experts, config.rank, lambda_hidden=hidden)
 
@@ -63,6 +72,20 @@ def _count(sites: Sites, experts: int, rank: int, *, gates: bool = True, lambda_
     adapters = sum(experts * rank * (fan_in + fan_out) for fan_in, fan_out in sites)
     routers = sum(experts * fan_in for fan_in, _ in sites) if gates else 0
     return adapters + routers + (0 if lambda_hidden is None else lambda_parameters(sites, lambda_hidden))
+
+
+def _hydra_count(sites: Sites, experts: int, rank: int) -> int:
+    """HydraLoRA per site: the shared A (r·in), E heads B_i (r·out each) and the router (E·in)."""
+    return sum(rank * fan_in + experts * rank * fan_out + experts * fan_in for fan_in, fan_out in sites)
+
+
+def _mola_experts(sites: Sites, config: MixtureConfig) -> list[int]:
+    """Each site's MoLA expert count; the sites come layer by layer, ``len(config.projections)`` each."""
+    per_layer = len(config.projections)
+    if len(sites) % per_layer:
+        raise ValueError(f"mola: {len(sites)} sites do not split into layers of {per_layer} projections")
+    counts = config.layer_experts or mola_allocation(len(sites) // per_layer, config.experts)
+    return [counts[index // per_layer] for index in range(len(sites))]
 
 
 def parameter_budget(sites: Sites, experts: int, rank: int) -> int:
@@ -82,11 +105,32 @@ def matched_mixture(sites: Sites, template: MixtureConfig, *, tolerance: float =
         per_rank = sum(fan_in + fan_out for fan_in, fan_out in sites)
         rank = max(1, round(budget / per_rank))
         config = dataclasses.replace(template, experts=1, rank=rank)
+    elif template.routing == "hydra":
+        config = _hydra_size(sites, template, budget, tolerance)
+    elif template.routing == "mola":
+        # Fix the allocation in the config, so it names its per-layer counts.
+        per_layer = len(template.projections)
+        counts = template.layer_experts or mola_allocation(max(1, len(sites) // per_layer), template.experts)
+        config = dataclasses.replace(template, layer_experts=tuple(counts))
     elif template.routing in LD_MOLE:
         config = _ld_mole_size(sites, template, budget, tolerance)
     else:
         config = template
     return _checked(sites, config, budget, tolerance)
+
+
+def _hydra_size(sites: Sites, template: MixtureConfig, budget: int, tolerance: float) -> MixtureConfig:
+    """HydraLoRA's rank closest to the budget with E heads; where one rank step is coarser than the
+    tolerance, the head count nearest E whose closest rank fits."""
+    heads = sorted(range(2, 2 * template.experts + 1), key=lambda h: (abs(h - template.experts), h))
+    ranks = range(1, 8 * template.experts * template.rank + 1)
+    candidates = []
+    for h in heads:
+        rank = min(ranks, key=lambda r: abs(_hydra_count(sites, h, r) - budget))
+        candidates.append(dataclasses.replace(template, experts=h, rank=rank))
+        if abs(mixture_parameters(sites, candidates[-1]) - budget) <= tolerance * budget:
+            return candidates[-1]
+    return min(candidates, key=lambda c: abs(mixture_parameters(sites, c) - budget))
 
 
 def _ld_mole_size(sites: Sites, template: MixtureConfig, budget: int, tolerance: float) -> MixtureConfig:
@@ -130,7 +174,14 @@ def matched_mixtures(
 
 
 def shape(config: MixtureConfig) -> str:
-    """``8×4``, ``1×36`` (LoRA) or ``7×4, λ 42``: experts × rank (and LD-MoLE's λ width)."""
+    """``8×4``, ``1×36`` (LoRA), ``7×4, λ 42`` (and LD-MoLE's λ width), ``8×7, shared A`` (HydraLoRA's
+    B heads) or ``5+11×4`` (MoLA's experts per layer): experts × rank."""
+    if config.routing == "hydra":
+        return f"{config.experts}×{config.rank}, shared A"
+    if config.routing == "mola":
+        if not config.layer_experts:
+            return f"{config.experts}×{config.rank} per layer on average, ▽"
+        return "+".join(map(str, config.layer_experts)) + f"×{config.rank}"
     experts, rank = (1, config.experts * config.rank) if config.routing == "lora" else (config.experts, config.rank)
     out = f"{experts}×{rank}"
     return f"{out}, λ {config.lambda_hidden}" if config.routing in LD_MOLE else out

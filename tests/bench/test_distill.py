@@ -1,4 +1,7 @@
-from bench.distill import TIERS, Config, _claim
+from dataclasses import asdict
+
+from bench.distill import TIERS, Config, claims
+from bench.verdicts import INCONCLUSIVE
 
 
 def test_the_full_tier_covers_the_issues_grid_in_both_precisions_with_three_seeds():
@@ -13,11 +16,13 @@ def test_the_full_tier_covers_the_issues_grid_in_both_precisions_with_three_seed
     assert len({c.name for c in configs}) == len(configs)  # one cache file per configuration
 
 
-def test_the_claim_check_compares_intermediate_alphas_with_both_ends():
-    def row(alpha, fkl):
-        return {"method": f"amid α={alpha:g} λ=0.5", "precision": "fp32", "forward_kl": fkl}
+def test_the_claim_pairs_the_best_intermediate_alpha_with_the_better_end_by_seed():
+    def row(alpha, seed, fkl):
+        return {"config": asdict(Config("amid", alpha, 0.5, seed=seed)), "metrics": {"forward_kl": fkl}, "seconds": 10}
 
-    wins = _claim([row(-1, 3.0), row(0, 2.5), row(1, 2.8)])
-    loses = _claim([row(-1, 3.0), row(0, 2.9), row(1, 2.8)])
-    assert "**yes**" in wins[0] and "α = 0" in wins[0]
-    assert "**no**" in loses[0]
+    rows = [row(a, s, base + 0.01 * s) for a, base in ((-1.0, 3.0), (0.0, 2.5), (1.0, 2.8)) for s in range(3)]
+    (verdict,) = claims(rows)
+    assert (verdict.method, verdict.baseline) == ("α = 0", "α = 1")
+    assert verdict.pairs.diffs == (0.3, 0.3, 0.3) or all(abs(d - 0.3) < 1e-9 for d in verdict.pairs.diffs)
+    # One learning rate for every loss is not the card's protocol: no verdict but "inconclusive".
+    assert verdict.verdict == INCONCLUSIVE and "learning rate" in verdict.reasons[0]

@@ -25,3 +25,32 @@ def test_an_unknown_benchmark_is_refused_with_the_known_names() -> None:
     done = subprocess.run([sys.executable, "-m", "bench", "no-such-study"], capture_output=True, text=True)
     assert done.returncode == 2
     assert "platform" in done.stderr and "routing" in done.stderr
+
+
+#: The studies that judge a paper's claims: each rebuilds its report from the committed cache.
+CLAIM_STUDIES = (
+    "compress",
+    "compress-seeds",
+    "analysis",
+    "el",
+    "distill",
+    "mixture",
+    "routing",
+    "graph",
+    "watermark",
+    "video",
+    "pointcloud",
+)
+
+
+def test_every_study_with_a_verdict_has_a_report_only_path() -> None:
+    for name in CLAIM_STUDIES:
+        assert callable(importlib.import_module(BENCHMARKS[name]).report_from_cache), name
+
+
+def test_report_only_is_refused_for_a_study_without_one(tmp_path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "core", "--report", "--results", str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "no report-only path" in done.stderr
+    assert not any(tmp_path.iterdir())  # nothing was measured or written

@@ -29,7 +29,11 @@ def test_the_section_reports_cached_runs_with_a_verdict_and_lists_missing_ones(t
         graph_ood.CACHE.put(graph_ood._cache_key("quick", "heterogeneous", run["method"], 0), run)
     markdown, data = graph_ood.section("quick", run_missing=False)
     assert "| disco | 1 | 0.500 |" in markdown
-    assert "beats erm and does not beat gsat; its gate keeps 1.50 of the experts per graph." in markdown
+    assert "0.500 (erm 0.400, gsat 0.600; the verdict, from paired intervals, is in the verdict table)" in markdown
+    assert "its gate keeps 1.50 of the experts per graph." in markdown
+    # One seed of the quick tier: no interval, and not the card's scale.
+    verdict_row = next(line for line in markdown.splitlines() if line.startswith("| heterogeneous: the full method"))
+    assert "disco vs gsat" in verdict_row and "**inconclusive at this scale**" in verdict_row
     assert "spread of gate weight across motifs: 0.50 (experts specialise" in markdown
     assert "| 0 | 0.50 | 0.50 | 0.00 |" in markdown  # the usage matrix
     assert data["missing"] == [] and data["table"]["heterogeneous"]["gsat"]["ood_test"] == [0.6]
