@@ -32,6 +32,7 @@ KIND_MODULES: tuple[str, ...] = (
     "mlcore.jobs.watermark_verify",
     "mlcore.jobs.watermark_train",
     "mlcore.jobs.watermark_generate",
+    "mlcore.jobs.watermark_embed",
     "mlcore.jobs.watermark_robustness",
     "mlcore.jobs.pointcloud_segment",
     "mlcore.jobs.pointcloud_train",

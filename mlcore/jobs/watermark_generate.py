@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlcore.jobs import Int, JobContext, JobError, JobSpec, Key, Model, Seed
+from mlcore.jobs import Comparison, Int, JobContext, JobError, JobSpec, Key, Metric, Model, Seed
 
 
 def _summarize(scalars: Mapping[str, Any]) -> str:
@@ -30,6 +30,37 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
 
 spec = JobSpec(
     name="watermark-generate",
+    metrics=(
+        Metric(
+            key="self_check_bit_accuracy",
+            label="Self-check bit accuracy",
+            unit="%",
+            better="higher",
+            description="Share of key bits the extractor reads back from the generated PNGs.",
+        ),
+        Metric(
+            key="min_bits_matched",
+            label="Worst image",
+            unit="bits",
+            better="higher",
+            description="Key bits matched in the worst of the generated images.",
+        ),
+        Metric(
+            key="psnr",
+            label="PSNR",
+            unit="dB",
+            better="higher",
+            target=32.0,
+            description="Fidelity against the unmarked decode (higher = less visible); the target is 32 dB.",
+        ),
+        Metric(
+            key="ssim",
+            label="SSIM",
+            better="higher",
+            description="Structural similarity to the unmarked decode (1 = identical).",
+        ),
+    ),
+    comparison=Comparison.none("Generates images with one key; watermark-robustness compares methods."),
     title="Generate watermarked images (MOLM)",
     summary="Sample N new images from a generator whose decoder carries MOLM markers switched by your team's key.",
     version=1,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import error_bar_chart
-from mlcore.jobs import Bool, Estimate, Int, JobContext, JobError, JobSpec, Model, Multi, Seed
+from mlcore.jobs import Bool, Comparison, Estimate, Int, JobContext, JobError, JobSpec, Metric, Model, Multi, Seed
 from mlcore.jobs.binding import bind
 
 if TYPE_CHECKING:
@@ -86,6 +86,31 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
 
 spec = JobSpec(
     name="watermark-robustness",
+    metrics=(
+        Metric(
+            key="{variant}_bit_accuracy",
+            label="Bit accuracy",
+            unit="%",
+            better="higher",
+            description="Share of key bits read back after the attack (method_attack).",
+        ),
+        Metric(
+            key="{variant}_tpr_0.001",
+            label="Detected at 0.1% FPR",
+            unit="%",
+            better="higher",
+            description="Share of marked images detected at a threshold with 0.1% false positives.",
+        ),
+        Metric(
+            key="psnr",
+            label="PSNR",
+            unit="dB",
+            better="higher",
+            target=32.0,
+            description="Fidelity against the unmarked decode (higher = less visible); the target is 32 dB.",
+        ),
+    ),
+    comparison=Comparison(baseline="molm_none", metrics=("{variant}_bit_accuracy", "{variant}_tpr_0.001")),
     title="Watermark robustness (attack suite)",
     summary="Attack MOLM-watermarked images (JPEG, crops, rotation, regeneration, averaging, forgery, queries) "
     "and measure bit accuracy and TPR at calibrated 1 % / 0.1 % FPR, against invisible-watermark.",

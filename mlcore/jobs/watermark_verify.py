@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mlcore.charts import bar_chart, with_rules
-from mlcore.jobs import Dataset, Estimate, File, Float, JobContext, JobError, JobSpec, Model
+from mlcore.jobs import Comparison, Dataset, Estimate, File, Float, JobContext, JobError, JobSpec, Metric, Model
 from mlcore.watermark.disclosure import FOREIGN_MATCHES, OWN_FIELDS, PUBLIC_WEIGHTS_NOTE
 
 MAX_IMAGES = 5000
@@ -110,6 +110,31 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
 
 spec = JobSpec(
     name="watermark-verify",
+    metrics=(
+        Metric(
+            key="detected_fraction",
+            label="Images detected",
+            unit="%",
+            proportion=True,
+            n="images",
+            description="Share of the checked images in which a key's watermark was found.",
+        ),
+        Metric(
+            key="mean_bits_matched",
+            label="Bits matched",
+            unit="bits",
+            better="higher",
+            description="Key bits read back, on average over images matched to one of your keys.",
+        ),
+        Metric(
+            key="detect_bits",
+            label="Detection threshold",
+            unit="bits",
+            description="Bits that must match to call an image watermarked (0.1% false positives).",
+        ),
+        Metric(key="images", label="Images checked", description="Images in the upload or set."),
+    ),
+    comparison=Comparison.none("A check of images against keys: there is no method or baseline to compare."),
     title="Verify watermarks (MOLM)",
     summary="Read the key bits from images and match them against the registered keys: who marked each image?",
     version=1,
@@ -169,31 +194,6 @@ def _keyring_file(path: Path) -> Path:
     return path
 
 
-def _image_paths(inputs: dict[str, Any]) -> list[tuple[Path, str]]:
-    """Each image with the name the table shows: its path inside an unpacked zip or image set."""
-    from mlcore.watermark.verification import image_files
-
-    uploads = inputs.get("images")
-    if uploads:
-        roots = uploads if isinstance(uploads, list) else [uploads]
-        where = "the uploaded files"
-    elif "image_set" in inputs:
-        roots = [inputs["image_set"]]
-        where = "the image set"
-    else:
-        raise JobError("Images: upload images (or a zip of them), or pick an image set.")
-    found = [
-        (path, path.relative_to(root).as_posix() if root.is_dir() else path.name)
-        for root in roots
-        for path in image_files([root])
-    ]
-    if not found:
-        raise JobError(f"Images: {where} hold no PNG, JPEG or WebP images.")
-    if len(found) > MAX_IMAGES:
-        raise JobError(f"Images: {len(found)} images; at most {MAX_IMAGES} per job. Split the batch.")
-    return found
-
-
 def _verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Images by verdict: the chart when no row may show its score (every best key another team's)."""
     counts = {v: sum(r["verdict"] == v for r in rows) for v in ("detected", "inconclusive", "not detected")}
@@ -236,9 +236,9 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     from mlcore.watermark.disclosure import disclose_match, extractor_fingerprint, is_own, rests_on_public_weights
     from mlcore.watermark.keys import InvalidKey, foreign_extractors, load_keyring
     from mlcore.watermark.stats import Thresholds, match_images
-    from mlcore.watermark.verification import BadImage, cached_extractor, decode, open_image
+    from mlcore.watermark.verification import BadImage, cached_extractor, decode, named_images, open_image
 
-    found = _image_paths(inputs)
+    found = named_images(inputs, limit=MAX_IMAGES, too_many="Split the batch.")
     paths = [path for path, _ in found]
     names = [name for _, name in found]
     try:

@@ -11,7 +11,7 @@ differentiable distortion (:mod:`mlcore.watermark.augment`), L_imp = MSE + (1 �
 The schedule is the card's CPU curriculum (section 4): the key loss alone and no distortions for
 the first ``key_only_fraction`` of the steps (the paper uses 2,000 steps of key loss only), then λ
 and the distortion strength ramp linearly to their targets over ``ramp_fraction``. Latents are the
-VAE's encodings of seeded photo crops; the frozen decodes are computed once.
+VAE's encodings of seeded photo crops (or of the user's images, see ``crops``); the frozen decodes are computed once.
 
 ``device``, ``bf16`` and ``deadline`` behave as in :mod:`mlcore.watermark.pretrain`: indices, keys and
 distortion parameters are drawn from the CPU generator ``g`` exactly as before (a CPU run is
@@ -82,12 +82,21 @@ class MolmResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def latent_pool(generator: Generator, n: int, *, seed: int, split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
+#: Where crops come from: ``(n, size, seed=, split=) -> (n, size, size, 3) uint8``, as
+#: :func:`mlcore.data.images.image_crops` (the default) or a user's images
+#: (:class:`mlcore.watermark.training_images.CropSource`).
+Crops = Callable[..., Any]
+
+
+def latent_pool(
+    generator: Generator, n: int, *, seed: int, split: str = "train", crops: Crops | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(latents, frozen decodes) of ``n`` seeded crops, on the generator's device: MOLM's training (held-out) inputs."""
     from mlcore.data.images import image_crops
     from mlcore.watermark.generator import from_uint8
 
-    pixels = from_uint8(image_crops(n, generator.image_size, seed=seed, split=split)).to(generator.vae.device)
+    cut = image_crops if crops is None else crops
+    pixels = from_uint8(cut(n, generator.image_size, seed=seed, split=split)).to(generator.vae.device)
     with torch.no_grad():
         z = torch.cat([generator.encode(pixels[i : i + 256]) for i in range(0, n, 256)])
         x = torch.cat([generator.decode(z[i : i + 256]) for i in range(0, n, 256)])
@@ -141,8 +150,11 @@ def train_molm(
     device: torch.device | str | None = None,
     bf16: bool = False,
     deadline: float | None = None,
+    crops: Crops | None = None,
 ) -> MolmResult:
     """Train markers for ``generator``'s decoder and an extractor (resumes from ``workdir/state.pt``).
+
+    ``crops`` cuts the training and held-out images (default: the built-in photo crops).
 
     ``markers``/``extractor`` continue from trained ones (fine-tuning at another λ); otherwise new.
     ``device`` (default: the generator's) receives the generator, the markers and the extractor — the
@@ -207,8 +219,8 @@ def train_molm(
         )
         state_path.with_suffix(".tmp").replace(state_path)
 
-    latents, frozen = latent_pool(generator, config.pool, seed=config.seed + 1000)
-    held_z, held_x = latent_pool(generator, config.eval_images, seed=config.seed + 2000, split="test")
+    latents, frozen = latent_pool(generator, config.pool, seed=config.seed + 1000, crops=crops)
+    held_z, held_x = latent_pool(generator, config.eval_images, seed=config.seed + 2000, split="test", crops=crops)
     g = torch.Generator().manual_seed(config.seed * 7919 + start)
     base_lrs = [config.lr_markers, config.lr_extractor]  # not the resumed groups' decayed values
     extractor.train()

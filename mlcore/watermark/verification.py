@@ -14,12 +14,13 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mlcore.errors import JobError
 from mlcore.watermark.keys import KeyRecord
 from mlcore.watermark.stats import DEFAULT_FPR, DEFAULT_SUSPICIOUS_FPR, Match, Thresholds, match_images
 
@@ -53,7 +54,7 @@ def open_image(source: Path | bytes, *, name: str = "image", max_pixels: int = D
     but invalidates the image, so the file is opened again and ``load()`` decodes every pixel (a
     truncated file fails there, not later inside the extractor).
     """
-    from PIL import Image
+    from PIL import Image, ImageOps
 
     from mlcore.watermark.image_size import declared_size
 
@@ -79,7 +80,8 @@ def open_image(source: Path | bytes, *, name: str = "image", max_pixels: int = D
                     # is a portal check's largest cost). It still reads every byte: truncation still fails.
                     image.draft("RGB", (JPEG_DRAFT_SIDE, JPEG_DRAFT_SIDE))
                 image.load()
-                return image.convert("RGB")
+                # As shown: the embed path marks images in their EXIF orientation (image_io).
+                return ImageOps.exif_transpose(image).convert("RGB")
     except BadImage:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
@@ -115,6 +117,29 @@ def _check_declared_size(name: str, declared: DeclaredSize, size: int, limit: in
             "a truncated file; refused."
         )
     raise BadImage(_over_limit(name, declared.width, declared.height, limit))
+
+
+def named_images(inputs: Mapping[str, Any], *, limit: int, too_many: str) -> list[tuple[Path, str]]:
+    """A job's images (the ``images`` upload(s) and/or the ``image_set`` library item), each with the
+    name its table shows: the path inside an unpacked zip or set. ``too_many`` ends the refusal past
+    ``limit`` with what to do."""
+    uploads = inputs.get("images")
+    roots = [Path(p) for p in (uploads if isinstance(uploads, list) else [uploads])] if uploads else []
+    if "image_set" in inputs:
+        roots.append(Path(inputs["image_set"]))
+    if not roots:
+        raise JobError("Images: upload images (or a zip of them), or pick an image set.")
+    found = [
+        (path, path.relative_to(root).as_posix() if root.is_dir() else path.name)
+        for root in roots
+        for path in image_files([root])
+    ]
+    if not found:
+        where = "the uploaded files" if uploads else "the image set"
+        raise JobError(f"Images: {where} hold no PNG, JPEG or WebP images.")
+    if len(found) > limit:
+        raise JobError(f"Images: {len(found):,} images; at most {limit:,} per job. {too_many}")
+    return found
 
 
 def image_files(paths: Sequence[Path]) -> list[Path]:
@@ -165,8 +190,34 @@ def cached_extractor(path: Path) -> Extractor:
 
 
 def decode(extractor: Extractor, images: Sequence[Image.Image]) -> np.ndarray:
-    """The extractor's probabilities that each bit is 1, shape ``(images, bits)``."""
-    return extractor.decode(list(images)) if images else np.zeros((0, extractor.num_bits))
+    """The extractor's probabilities that each bit is 1, shape ``(images, bits)``.
+
+    Images small enough to be read whole (the generator's own, ``embed.SMALL_SIDE``) go through the
+    extractor in one batch as before; larger ones (photos marked by ``watermark-embed``) are read
+    tile by tile on their working grid with a vote (:func:`mlcore.watermark.embed.read_logits`).
+    """
+    if not images:
+        return np.zeros((0, extractor.num_bits))
+    from mlcore.watermark.embed import SMALL_SIDE
+
+    out = np.zeros((len(images), extractor.num_bits), dtype=np.float32)
+    small = [i for i, image in enumerate(images) if min(image.size) <= SMALL_SIDE]
+    if small:
+        out[small] = extractor.decode([images[i] for i in small])
+    large = [i for i in range(len(images)) if min(images[i].size) > SMALL_SIDE]
+    if large:
+        import torch
+
+        from mlcore.watermark.embed import read_logits
+        from mlcore.watermark.generator import from_uint8
+
+        was_training = extractor.training
+        extractor.eval()
+        for i in large:
+            logits = read_logits(extractor, from_uint8(np.asarray(images[i].convert("RGB"))[None]))
+            out[i] = torch.sigmoid(logits).numpy()
+        extractor.train(was_training)
+    return out
 
 
 def verify(

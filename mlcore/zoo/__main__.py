@@ -5,7 +5,9 @@ held-out split of every source and writes the commit-ready checkpoint to
 ``mlcore/zoo/checkpoints/NAME/``; ``--seed N`` trains the same recipe under another training seed in
 ``var/zoo/NAME-sN`` and writes to ``var/zoo-seeds/NAME-sN`` (robustness studies, never committed).
 Language models are trained here; every other model's recipe is a module of this package
-(``molm`` for watermarking, ``lora_base`` for the encoder LoRA experts adapt, ``pointcloud``,
+(``molm`` for watermarking,
+``molm_embed`` for its extractor fine-tuned on residual-marked photos, ``lora_base`` for the encoder
+LoRA experts adapt, ``pointcloud``,
 ``video``) with a ``main(argv)`` of its own, and ``train NAME`` hands the rest of the command line
 to it, so one command trains every zoo model with that recipe's flags (``--device``,
 ``--cpu-minutes`` and ``--wall-minutes`` for video, ``--threads``, ``--workdir`` and ``--out`` for all).
@@ -24,6 +26,7 @@ from mlcore.zoo.recipes import RECIPES, get_recipe
 #: Zoo models trained by a recipe module of their own: name → (module with ``main(argv)``, leading argv).
 OTHER_RECIPES: dict[str, tuple[str, list[str]]] = {
     "molm-tiny": ("mlcore.zoo.molm", ["train"]),
+    "molm-embed": ("mlcore.zoo.molm_embed", ["train", "molm-embed"]),
     "lora-base-tiny": ("mlcore.zoo.lora_base", ["train", "lora-base-tiny"]),
     "pointmoe-synmix": ("mlcore.zoo.pointcloud", ["train", "pointmoe-synmix"]),
     "ptv3-synmix-dense": ("mlcore.zoo.pointcloud", ["train", "ptv3-synmix-dense"]),
@@ -42,6 +45,11 @@ def cmd_list(_: argparse.Namespace) -> int:
         if item.name in OTHER_RECIPES:
             ready = bool(item.stamp) and (ROOT / item.stamp).exists()
             print(f"{item.name}  {'[checkpoint]' if ready else '[not trained]'}  {item.title}")
+    listed = {item.name for item in MODELS} | set(RECIPES)
+    for name in sorted(set(OTHER_RECIPES) - listed):
+        # A recipe whose output is not (yet) a zoo item of its own, e.g. molm-embed's markers folder.
+        ready = (CHECKPOINTS / name / "manifest.json").exists()
+        print(f"{name}  {'[checkpoint]' if ready else '[not trained]'}  recipe only (not a zoo item)")
     return 0
 
 

@@ -256,6 +256,8 @@ SMALLEST: dict[str, dict[str, Any]] = {
     # 8 adapters is the fewest that give the extractor's 48 bits; 1 step of 2 images.
     "watermark-train": {"steps": 1, "batch_size": 2, "rank": 1},
     "watermark-generate": {"count": 1, "steps": 1},
+    # The user's own images (uploaded, see UPLOADS): one read whole, one on the tiled working grid.
+    "watermark-embed": {"image_set": None},
     # 1,000 clean images is the kind's own floor (the 0.1 % FPR threshold needs them).
     "watermark-robustness": {
         "images": 8,
@@ -326,6 +328,12 @@ def images_zip(count: int, *, extra: Mapping[str, bytes] | None = None) -> bytes
 
 #: Per kind, the files to upload with it (fresh objects each time: an upload is read once).
 UPLOADS: dict[str, Callable[[], dict[str, list[SimpleUploadedFile]]]] = {
+    "watermark-embed": lambda: {
+        "images": [
+            SimpleUploadedFile("small.png", random_png(1, 32), content_type="image/png"),
+            SimpleUploadedFile("large.png", random_png(2, 96), content_type="image/png"),
+        ]
+    },
     "watermark-verify": lambda: {
         "images": [SimpleUploadedFile("random.zip", images_zip(VERIFY_IMAGES), content_type="application/zip")]
     },

@@ -7,6 +7,7 @@ from webapp.portal import views
 from webapp.portal.api import api
 
 pages = [
+    path("watermark/", views.watermark, name="watermark"),
     path("verify/", views.verify, name="verify"),
     path("verify/batch/", views.verify_batch, name="verify_batch"),
     path("t/<slug:team_slug>/keys/", views.keys, name="keys"),

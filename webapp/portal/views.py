@@ -1,5 +1,5 @@
-"""Portal pages: the public check (no login), batch verification for logged-in members (a
-``watermark-verify`` job), each team's key registry and, for its owners, the keys' audit log.
+"""Portal pages: the watermark page (mark or check), the public check (no login), batch verification
+for logged-in members (a ``watermark-verify`` job), each team's key registry and, for its owners, the keys' audit log.
 
 What a check shows is decided by ``services.view_for`` (``mlcore.watermark.disclosure``); every
 check spends one image of the daily budget for other teams' keys (``services.check_budget``).
@@ -14,13 +14,14 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.accounts.selectors import membership_for, team_for_user, teams_for_user
-from webapp.accounts.views import remember_team
+from webapp.accounts.views import remember_team, remembered_team
 from webapp.jobs.services import SubmitError, job_submit
 from webapp.portal import conf, ratelimit, selectors, services
 from webapp.portal.uploads import UploadRefused, check_upload
@@ -105,6 +106,53 @@ def verify_batch(request: HttpRequest) -> HttpResponse:
         messages.error(request, "; ".join(message for _, message in exc.errors))
         return redirect("portal:verify")
     return redirect("jobs:detail", job.pk)
+
+
+#: The kinds the watermark page links to, in the order it offers them.
+MARK_KIND, GENERATE_KIND = "watermark-embed", "watermark-generate"
+
+
+def _installed(kind: str) -> bool:
+    from mlcore.jobs.registry import UnknownKind, get_kind
+
+    try:
+        get_kind(kind)
+    except UnknownKind:
+        return False
+    return True
+
+
+@require_http_methods(["GET", "POST"])
+def watermark(request: HttpRequest) -> HttpResponse:
+    """Where the home page's watermark card leads: "mark my images" (a ``watermark-embed`` form with
+    the team's key) and "check an image" (the public portal). A team without an active key creates
+    its first one here, with the keys page's rule (members and owners; viewers only read)."""
+    if request.method == "POST":
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        team = team_for_user(request.user, request.POST.get("team", ""), write=True)
+        try:
+            key = services.key_create(team=team, user=request.user, name=request.POST.get("name", ""))
+        except services.KeyRefused as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Created key {key.name!r} ({key.reference}); it is picked for you below.")
+        remember_team(request, team)
+        return redirect("portal:watermark")
+    context: dict[str, Any] = {
+        "nav": "watermark",
+        "mark_kind": MARK_KIND if _installed(MARK_KIND) else None,
+        "generate_kind": GENERATE_KIND if _installed(GENERATE_KIND) else None,
+        "max_bytes": conf.max_bytes(),
+        "key_bits": conf.key_bits(),
+    }
+    team = remembered_team(request) if request.user.is_authenticated else None
+    if team is not None:
+        membership = membership_for(request.user, team.slug)
+        active = list(selectors.keys_for_team(team).filter(revoked_at=None))
+        # The forms preselect the only active key, or the newest (webapp.jobs.forms.build_field).
+        context.update(team=team, membership=membership, active_keys=active, preselected=active[0] if active else None)
+    return render(request, "portal/watermark.html", context)
 
 
 @login_required

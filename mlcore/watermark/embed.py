@@ -1,0 +1,260 @@
+"""Marking a user's own image at its own size: the residual of the key-routed decoder, tiled without seams.
+
+MOLM marks images the generator makes: x̃ = D_{Φ+ΔΦ(κ)}(z). A user's photo has no latent, and
+decoding its encoding would replace the photo by the VAE's reconstruction (about 25 dB on the zoo
+VAE). So the photo keeps its own pixels and receives only what the key changes:
+
+    r(x) = D_{Φ+ΔΦ(κ)}(E(x)) − D_Φ(E(x))            (the mark, a residual)
+    x̃ = x + s · U(r(R(x)))
+
+with R a resize to a canonical *working grid* and U the resize back to the image's own size (the
+mark is computed once, on the working grid, whatever the image's size) and s a strength (1 = the
+decoder's own perturbation).
+
+**The working grid.** The image is resized so that its short side is ``WORK_SIDE`` pixels (the
+long side keeps the aspect ratio, rounded to whole tiles). Because that grid depends on the aspect
+ratio only, a resized copy of a marked image maps onto the same grid: the reader undoes a rescale
+by construction. Images whose short side is at most ``SMALL_SIDE`` (the zoo generator's own 32-pixel
+images) are read and marked whole, at the extractor's input size, as before.
+
+**Tiles without seams.** The markers and the extractor were trained on ``tile`` × ``tile`` images
+(32 on the zoo). The working image is cut into such tiles on two grids offset by half a tile in
+each direction (four offsets in all); each tile's residual is multiplied by the separable window
+w(t) = sin²(π (t + ½) / tile), whose two half-tile-shifted copies sum to exactly 1 (sin² + cos²).
+The four windowed residual fields therefore add up to a partition of unity: every pixel's mark is a
+smooth blend of the tiles that cover it, with no step where a tile ends (tested: the residual's
+jumps across tile borders are no larger than inside tiles, where naive tiling doubles them).
+
+**Reading** (:func:`read_logits`): the same working grid, tiles at the same four offsets, the
+extractor's logits averaged over every tile (a soft vote: a bit's evidence adds up across tiles, so
+more of the image means a more certain read, and a crop or a local edit loses only the tiles it
+touches).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mlcore.watermark.image_io import SourceImage
+
+if TYPE_CHECKING:
+    from mlcore.watermark.extractor import Extractor
+    from mlcore.watermark.pipeline import Bundle
+
+#: The working grid's short side in pixels, roughly (it is rounded to whole tile strides).
+WORK_SIDE = 256
+#: Images whose short side is at most this are marked and read whole, at the extractor's size.
+SMALL_SIDE = 64
+#: Pixels by which neighbouring tiles overlap; the window ramps between them there.
+OVERLAP = 8
+#: Tiles per forward pass of the VAE or the extractor (memory, not results, depends on it).
+TILE_BATCH = 256
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Where an image of a given size is marked and read: the working size, tile side and stride."""
+
+    height: int
+    width: int
+    tile: int
+    whole: bool  # a small image: one tile, the whole image resized to tile × tile
+
+    @property
+    def stride(self) -> int:
+        return self.tile - OVERLAP
+
+    def origins(self) -> list[tuple[int, int]]:
+        """Every tile's top-left corner on the working image."""
+        if self.whole:
+            return [(0, 0)]
+        return [
+            (y, x)
+            for y in range(0, self.height - self.tile + 1, self.stride)
+            for x in range(0, self.width - self.tile + 1, self.stride)
+        ]
+
+
+def grid_for(height: int, width: int, tile: int, *, work_side: int | None = None) -> Grid:
+    """The working grid of an image of ``height`` × ``width`` pixels (see the module docstring)."""
+    work_side = work_side or WORK_SIDE
+    if min(height, width) <= SMALL_SIDE:
+        return Grid(tile, tile, tile, whole=True)
+    stride = tile - OVERLAP
+    scale = work_side / min(height, width)
+
+    def side(length: int) -> int:
+        # n tiles at this stride cover n·stride + overlap pixels exactly.
+        n = max(1, round((length * scale - OVERLAP) / stride))
+        return n * stride + OVERLAP
+
+    return Grid(side(height), side(width), tile, whole=False)
+
+
+def window(tile: int) -> torch.Tensor:
+    """(tile, tile) separable weight: 1 inside, a sin² ramp to ~0 over the ``OVERLAP`` pixels at each edge.
+
+    Where two tiles overlap their ramps are sin² and cos² of the same angle, so they sum to 1; the
+    residual field Σ wᵢ rᵢ / Σ wᵢ is therefore a blend with no step at any tile's edge.
+    """
+    t = torch.arange(tile, dtype=torch.float32)
+    ramp = torch.sin(math.pi / 2 * ((t + 0.5) / OVERLAP).clamp(max=1.0)) ** 2
+    w = torch.minimum(ramp, ramp.flip(0))
+    return w[:, None] * w[None, :]
+
+
+def _cut(work: torch.Tensor, grid: Grid) -> torch.Tensor:
+    """All tiles of a (1, C, h, w) working image, in :meth:`Grid.origins` order."""
+    t = grid.tile
+    return torch.stack([work[0, :, y : y + t, x : x + t] for y, x in grid.origins()])
+
+
+def _batches(tiles: torch.Tensor) -> Iterator[torch.Tensor]:
+    for start in range(0, len(tiles), TILE_BATCH):
+        yield tiles[start : start + TILE_BATCH]
+
+
+def to_working(image: torch.Tensor, grid: Grid) -> torch.Tensor:
+    """(1, 3, H, W) in [-1, 1] → the working grid (antialiased bilinear), same range."""
+    if image.shape[-2:] == (grid.height, grid.width):
+        return image
+    return F.interpolate(image, size=(grid.height, grid.width), mode="bilinear", antialias=True, align_corners=False)
+
+
+@torch.no_grad()
+def tile_residuals(bundle: Bundle, tiles: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """(n, 3, t, t) tiles in [-1, 1] → D_κ(E(x)) − D(E(x)) for each tile, on the CPU."""
+    device = bundle.generator.device
+    out = []
+    for batch in _batches(tiles):
+        z = bundle.generator.encode(batch.to(device))
+        clean = bundle.generator.vae.decode(z).sample
+        with bundle.markers.keyed(key):
+            marked = bundle.generator.vae.decode(z).sample
+        out.append((marked - clean).float().cpu())
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def working_residual(bundle: Bundle, work: torch.Tensor, key: torch.Tensor, *, blend: bool = True) -> torch.Tensor:
+    """The mark on the working grid, (1, 3, h, w): the tiles' residuals blended by :func:`window`.
+
+    ``blend=False`` pastes each tile's residual unweighted (later tiles over earlier ones): kept only
+    so a test can show the seams the window removes.
+    """
+    _, c, h, w = work.shape
+    grid = Grid(h, w, bundle.extractor.image_size, whole=False)
+    t = grid.tile
+    residuals = tile_residuals(bundle, _cut(work, grid), key)
+    weight = window(t) if blend else torch.ones(t, t)
+    field = torch.zeros(1, c, h, w)
+    total = torch.zeros(1, 1, h, w)
+    for (y, x), r in zip(grid.origins(), residuals, strict=True):
+        if blend:
+            field[0, :, y : y + t, x : x + t] += r * weight
+            total[0, 0, y : y + t, x : x + t] += weight
+        else:
+            field[0, :, y : y + t, x : x + t] = r
+    return field / total.clamp_min(1e-6) if blend else field
+
+
+@torch.no_grad()
+def residual_for(bundle: Bundle, image: torch.Tensor, key: torch.Tensor, *, strength: float = 1.0) -> torch.Tensor:
+    """The mark to add to ``image`` ((1, 3, H, W) in [-1, 1], any size), at the image's own size, on the CPU."""
+    height, width = image.shape[-2:]
+    grid = grid_for(height, width, bundle.extractor.image_size)
+    work = to_working(image.float().cpu(), grid)
+    r = tile_residuals(bundle, work, key) if grid.whole else working_residual(bundle, work, key)
+    r = r * strength
+    if r.shape[-2:] != (height, width):
+        # Bicubic: the mark stays smooth at the photo's size (bilinear would leave a faint grid).
+        r = F.interpolate(r, size=(height, width), mode="bicubic", align_corners=False)
+    return r
+
+
+@torch.no_grad()
+def read_logits(extractor: Extractor, image: torch.Tensor) -> torch.Tensor:
+    """(M,) bit logits of one image ((1, 3, H, W) in [-1, 1], any size): the mean over its tiles.
+
+    A small image (short side ≤ ``SMALL_SIDE``) is read whole, exactly as :meth:`Extractor.forward`
+    reads it; a larger one tile by tile on its working grid, each tile's logits centred on the
+    extractor's mean logits over unmarked photo tiles (:func:`tile_bias`) before the vote: an
+    extractor answers unmarked content with the same leaning in every tile, and a vote over many
+    tiles would otherwise add that leaning up into the same "decoded" bits for every photo.
+    """
+    tile = extractor.image_size
+    height, width = image.shape[-2:]
+    grid = grid_for(height, width, tile)
+    device = next(extractor.parameters()).device
+    if grid.whole:
+        return extractor(image.float().to(device))[0].float().cpu()
+    tiles = _cut(to_working(image.float().cpu(), grid), grid)
+    total = torch.zeros(extractor.num_bits)
+    for batch in _batches(tiles):
+        total += extractor(batch.to(device)).float().sum(0).cpu()
+    return total / len(tiles) - tile_bias(extractor)
+
+
+_bias: dict[int, tuple[Extractor, torch.Tensor]] = {}
+
+
+@torch.no_grad()
+def tile_bias(extractor: Extractor, *, n: int = 512) -> torch.Tensor:
+    """The extractor's mean logits over ``n`` unmarked photo crops (fixed seed), once per extractor object."""
+    cached = _bias.get(id(extractor))
+    if cached is not None and cached[0] is extractor:
+        return cached[1]
+    from mlcore.data.images import image_crops
+    from mlcore.watermark.generator import from_uint8
+
+    was_training = extractor.training
+    extractor.eval()
+    crops = from_uint8(image_crops(n, extractor.image_size, seed=7, split="train"))
+    device = next(extractor.parameters()).device
+    bias = torch.cat([extractor(b.to(device)).float().cpu() for b in _batches(crops)]).mean(0)
+    extractor.train(was_training)
+    _bias[id(extractor)] = (extractor, bias)
+    return bias
+
+
+#: The most the mark is ever amplified to reach a target PSNR (beyond the decoder's own perturbation).
+MAX_STRENGTH = 2.0
+
+
+@dataclass(frozen=True)
+class Marked:
+    image: SourceImage
+    strength: float  # the factor s the residual was scaled by to meet the target PSNR
+
+
+@torch.no_grad()
+def mark_image(bundle: Bundle, source: SourceImage, key: torch.Tensor, *, target_psnr: float) -> Marked:
+    """``source`` with the mark of ``key`` added, scaled so the mark alone is ``target_psnr`` dB.
+
+    The mark is computed on the image as shown (EXIF orientation applied) and turned back to the
+    stored orientation; a grey image receives the residual's mean over the colour channels; alpha
+    and metadata are untouched (:mod:`mlcore.watermark.image_io`).
+    """
+    from mlcore.watermark.image_io import from_display, to_display
+
+    stored = source.pixels.astype(np.float64)
+    shown = to_display(stored, source.orientation) / source.maxval * 2 - 1
+    x = torch.from_numpy(np.ascontiguousarray(shown)).float().permute(2, 0, 1)[None]
+    if x.shape[1] == 1:
+        x = x.expand(1, 3, *x.shape[-2:])
+    r = residual_for(bundle, x, key)
+    if source.pixels.shape[2] == 1:
+        r = r.mean(1, keepdim=True)
+    # PSNR of the mark alone on the [0, 1] scale: images in [-1, 1] differ by r / 2 there.
+    mse = float(((r / 2) ** 2).mean())
+    strength = MAX_STRENGTH if mse <= 0 else min(MAX_STRENGTH, math.sqrt(10 ** (-target_psnr / 10) / mse))
+    delta = (r[0] * strength).permute(1, 2, 0).double().numpy() * source.maxval / 2
+    pixels = np.clip(np.rint(stored + from_display(delta, source.orientation)), 0, source.maxval)
+    return Marked(image=source.with_pixels(pixels.astype(source.pixels.dtype)), strength=strength)
