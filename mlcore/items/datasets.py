@@ -19,7 +19,7 @@ from mlcore.uploads import files_of, relative_name
 
 ARCHIVES = sniff.ARCHIVES
 #: Files whose records a text card counts, by sniffed format.
-TEXT_FORMATS = ("txt", "csv", "json")
+TEXT_FORMATS = ("txt", "csv", "json", "jsonl")
 
 
 def _text(root: Path) -> dict[str, Any]:
@@ -64,6 +64,27 @@ def _pointclouds(root: Path) -> dict[str, Any]:
         raise JobError(f"The item holds no point clouds ({', '.join(CLOUD_SUFFIXES)}).")
     points = sum(len(read_cloud(path).xyz) for path in clouds)
     return {"records": len(clouds), "points": points}
+
+
+def _pointcloud_dataset(root: Path) -> dict[str, Any]:
+    """Labelled scans, read, named and checked as ``pointcloud-train`` reads them."""
+    from mlcore.pointcloud.user_scans import read_scan_set
+
+    scan_set = read_scan_set(root)
+    return {
+        "records": len(scan_set.scans),
+        "points": sum(len(scan) for scan in scan_set.scans),
+        "classes": list(scan_set.class_names),
+        "class_names_from": scan_set.names_from,
+    }
+
+
+def _video_clips(root: Path) -> dict[str, Any]:
+    """Clips decoded as ``video-train`` decodes them (the first frame of each, at a small size)."""
+    from mlcore.video.user_clips import read_clip_set
+
+    clips = read_clip_set(root, frames=1, size=8)
+    return {"records": len(clips.names), "classes": list(clips.class_names)}
 
 
 def _graphs(root: Path) -> dict[str, Any]:
@@ -113,6 +134,24 @@ POINTCLOUDS = ItemKind(
     summary="PLY, PCD, XYZ / XYZRGB / PTS or LAS / LAZ scans, read as the point-cloud jobs read them.",
     formats=("ply", "pcd", "xyz", "las", *ARCHIVES),
     check=_pointclouds,
+)
+POINTCLOUD_DATASET = ItemKind(
+    name="pointcloud-dataset",
+    category="dataset",
+    title="Labelled point-cloud scans",
+    summary="Two or more labelled scans (LAS / LAZ classification, PLY / PCD label property, or NAME.labels "
+    "beside NAME.xyz) with an optional classes.json / classes.yaml naming the class ids.",
+    formats=ARCHIVES,
+    check=_pointcloud_dataset,
+)
+VIDEO_CLIPS = ItemKind(
+    name="video-clips",
+    category="dataset",
+    title="Video clips",
+    summary="Two or more clips (MP4 / MOV / WebM / MKV / GIF, or folders of PNG / JPEG frames); one folder per "
+    "class labels them.",
+    formats=ARCHIVES,
+    check=_video_clips,
 )
 GRAPHS = ItemKind(
     name="graphs",

@@ -27,6 +27,8 @@ ITEM_KINDS: tuple[ItemKind, ...] = (
     datasets.TEXT,
     datasets.IMAGES,
     datasets.POINTCLOUDS,
+    datasets.POINTCLOUD_DATASET,
+    datasets.VIDEO_CLIPS,
     datasets.GRAPHS,
     datasets.ROUTING_TRACE,
     datasets.WATERMARK_KEYRING,

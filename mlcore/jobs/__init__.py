@@ -18,11 +18,12 @@ from mlcore.jobs.params import (
     Seed,
     Text,
 )
-from mlcore.jobs.spec import JobCancelled, JobError, JobSpec, ValidationError
+from mlcore.jobs.spec import Comparison, JobCancelled, JobError, JobSpec, Metric, ValidationError
 
 __all__ = [
     "Bool",
     "Choice",
+    "Comparison",
     "Dataset",
     "Estimate",
     "File",
@@ -34,6 +35,7 @@ __all__ = [
     "JobError",
     "JobSpec",
     "Key",
+    "Metric",
     "Model",
     "Multi",
     "Numbers",

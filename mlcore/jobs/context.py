@@ -255,8 +255,23 @@ class DirectoryContext(InMemoryContext):
     def _on_register(self, item: Registration) -> None:
         registered = self.out / "registered.json"
         entries = json.loads(registered.read_text()) if registered.exists() else []
-        entries.append({"kind": item.kind, "path": str(item.path), "card": item.card})
+        entries.append({"kind": item.kind, "path": str(self._kept(item.path, len(entries))), "card": item.card})
         registered.write_text(json.dumps(entries, indent=1))
+
+    def _kept(self, path: Path, index: int) -> Path:
+        """Where a registered output stays after the run: the work folder is deleted on close, so
+        the copy in ``artifacts/`` when the output is also an artifact, else a copy in ``registered/``."""
+        for artifact in self.artifacts.values():
+            if artifact.path.resolve() == path.resolve():
+                return (self.out / "artifacts" / artifact.name).resolve()
+        if not path.resolve().is_relative_to(Path(self.workdir).resolve()):
+            return path.resolve()  # already outside the work folder (e.g. in the output folder)
+        target = self.out / "registered" / f"{index}-{path.name}"
+        if target.exists():
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+        target.parent.mkdir(exist_ok=True)
+        shutil.copytree(path, target) if path.is_dir() else shutil.copy2(path, target)
+        return target.resolve()
 
     def close(self) -> None:
         self._on_metrics()

@@ -27,6 +27,7 @@ from mlcore.charts import bar_chart, step_lines
 from mlcore.jobs import (
     Bool,
     Choice,
+    Comparison,
     Dataset,
     File,
     Float,
@@ -34,16 +35,20 @@ from mlcore.jobs import (
     JobContext,
     JobError,
     JobSpec,
+    Metric,
     Multi,
     Numbers,
     Seed,
 )
 from mlcore.jobs.binding import bind
+from mlcore.jobs.spec import InputCheck
 
 if TYPE_CHECKING:
     from mlcore.datamix.fastmix import FastMixConfig
 
 BUILTIN_SOURCES = ("shakespeare", "stdlib-docs", "stdlib-source")
+#: Text uploads as :mod:`mlcore.sniff` names them; :mod:`mlcore.data.textset` reads each by its structure.
+TEXT_FORMATS = ("txt", "jsonl", "json", "csv")
 MAX_SOURCE_CHARS = 2_000_000  # per source: enough for a byte-level proxy, bounded memory
 #: mlcore.datamix.stdlib_subcorpora's SUBCORPORA and TARGET_MIX, spelt out because specs must not import torch.
 SUBCORPORA = ("code", "docstrings", "comments", "tests", "licence")
@@ -71,6 +76,19 @@ def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
     return errors
 
 
+def _check_inputs(p: dict[str, Any], uploaded: frozenset[str]) -> InputCheck:
+    """stdlib-subcorpora mixes its own five sub-corpora: text uploads would be ignored, so they are
+    refused, and the target text is not read (nor built)."""
+    if p["problem"] != "stdlib-subcorpora":
+        return InputCheck()
+    errors = [
+        (name, "stdlib-subcorpora mixes the standard library's own sub-corpora; pick problem=texts to use your files.")
+        for name in ("source_files", "target_file")
+        if name in uploaded
+    ]
+    return InputCheck(errors=errors, unused=frozenset({"target"}))
+
+
 def _summarize(scalars: Mapping[str, Any]) -> str:
     weights = sorted(
         ((v, k.removeprefix("final_w/")) for k, v in scalars.items() if k.startswith("final_w/")), reverse=True
@@ -90,6 +108,21 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
 
 spec = JobSpec(
     name="data-mixture",
+    metrics=(
+        Metric(
+            key="confirm_bpb_found",
+            label="Bits per byte, found mixture",
+            better="lower",
+            description="Validation bits per byte of a model trained on the mixture the search found.",
+        ),
+        Metric(
+            key="confirm_bpb_uniform",
+            label="Bits per byte, uniform mixture",
+            better="lower",
+            description="The same with every source weighted equally (the baseline).",
+        ),
+    ),
+    comparison=Comparison.none("The found mixture against the uniform one: both appear in the metrics."),
     title="Find a data mixture (FastMix)",
     summary="Learn per-source mixture weights for a target text by training one proxy, then confirm them.",
     version=2,
@@ -113,18 +146,35 @@ spec = JobSpec(
             max_count=len(SUBCORPORA),
             help="stdlib-subcorpora only: the target's weights of code, docstrings, comments, tests, licence.",
         ),
-        Multi(name="sources", default=list(BUILTIN_SOURCES), options=BUILTIN_SOURCES, help="Built-in text sources."),
+        Multi(
+            name="sources",
+            default=list(BUILTIN_SOURCES),
+            options=BUILTIN_SOURCES,
+            help="Built-in text sources; untick them all to mix only your own files.",
+        ),
         File(
             name="source_files",
-            formats=("txt", "json"),
+            formats=TEXT_FORMATS,
             multiple=True,
             max_files=16,
             max_bytes=200 * 2**20,
-            help='More sources: one file each, plain UTF-8 or JSONL with a "text" field per line.',
+            help='More sources: one file each, plain UTF-8, JSONL with a "text" field per line, or CSV/TSV with a '
+            "text column.",
         ),
         Bool(name="noise_source", default=True, help="Add a source of random bytes; its weight should fall."),
-        Dataset(name="target", accepts=("text",), default="zoo:stdlib-docs", help="Target text (its test split)."),
-        File(name="target_file", formats=("txt", "json"), max_bytes=200 * 2**20, help="Or upload the target text."),
+        Dataset(
+            name="target",
+            accepts=("text",),
+            default="zoo:stdlib-docs",
+            replaced_by=("target_file",),
+            help="Target text (its test split).",
+        ),
+        File(
+            name="target_file",
+            formats=TEXT_FORMATS,
+            max_bytes=200 * 2**20,
+            help="Or upload the target text (same formats as the sources); it replaces the target above.",
+        ),
         Int(name="context", default=16, min=2, max=256, help="Proxy context in bytes."),
         Int(name="width", default=128, min=8, max=4096, help="Proxy hidden width."),
         Int(name="steps", default=300, min=1, max=100_000, help="Inner steps of the search."),
@@ -143,10 +193,17 @@ spec = JobSpec(
         Seed(name="seed"),
     ),
     validate=_validate,
+    check_inputs=_check_inputs,
     guide=(
         "The weight chart shows how FastMix moved each source's share; a random-bytes source should fall. The "
         "confirmation trains fresh models on the found mixture and on uniform sampling: lower target bits per "
-        "byte is better. If the two tie, the search found nothing the uniform mixture lacks."
+        "byte is better. If the two tie, the search found nothing the uniform mixture lacks.\n\n"
+        "**What you can bring** (problem texts): up to 16 source files, one source each, and a target file "
+        '(or a library text item as the target). Each is UTF-8: plain text; JSONL with a "text" field per line; '
+        "or CSV/TSV with a text column (a table without one is read as plain text). A byte-order mark and Windows "
+        "line ends are fine. Untick every built-in source to mix only your own files (from the command line: "
+        "--set sources=). An uploaded target replaces the target dataset; the stdlib-subcorpora problem refuses "
+        "uploads, as it mixes its own sub-corpora."
     ),
     sample={"sources": ["shakespeare", "stdlib-source"], "steps": 60, "confirm_steps": 60, "seed": 0},
     summarize=_summarize,

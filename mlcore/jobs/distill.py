@@ -1,6 +1,8 @@
 """``distill``: distil an MoE language model into a small dense student with AMiD or a baseline loss.
 
-The teacher is a ``hf-moe-lm`` (zoo, or a library item); the student is a dense Qwen3 causal LM of
+The teacher is a ``hf-moe-lm`` (zoo, a library item, or an uploaded zip/tar of a Hugging Face
+checkpoint folder, unpacked by the upload safety checks); the text a built-in or library corpus or
+an uploaded file (plain text, JSONL, or a table with a ``text`` column). The student is a dense Qwen3 causal LM of
 the requested size sharing the teacher's tokenizer. Training windows come from the chosen text's
 train split, evaluation windows from its test split. Reports held-out forward and reverse KL to
 the teacher, top-1 agreement, the student's perplexity, the teacher's NLL of student samples,
@@ -16,7 +18,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import step_lines
-from mlcore.jobs import Bool, Choice, Dataset, Estimate, File, Float, Int, JobContext, JobError, JobSpec, Model, Seed
+from mlcore.jobs import (
+    Bool,
+    Choice,
+    Comparison,
+    Dataset,
+    Estimate,
+    File,
+    Float,
+    Int,
+    JobContext,
+    JobError,
+    JobSpec,
+    Metric,
+    Model,
+    Seed,
+)
 from mlcore.jobs.binding import bind
 
 if TYPE_CHECKING:
@@ -28,6 +45,8 @@ MAX_TRAIN_TOKENS = 4_000_000
 STUDENT_PARAMS = ("student_hidden", "student_layers", "student_intermediate", "student_heads")
 LOSS_PARAMS = ("loss", "alpha", "lam", "divergence", "order", "ab_a", "ab_b", "detach_q", "teacher_temperature")
 DATA_PARAMS = ("model", "dataset", "seq_len", "train_windows", "eval_windows")
+#: Text uploads as :mod:`mlcore.sniff` names them; :mod:`mlcore.data.textset` reads each by its structure.
+TEXT_FORMATS = ("txt", "jsonl", "json", "csv")
 
 
 def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
@@ -61,20 +80,70 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
 
 spec = JobSpec(
     name="distill",
+    metrics=(
+        Metric(
+            key="student_ppl",
+            label="Student perplexity",
+            better="lower",
+            description="Held-out perplexity of the distilled student.",
+        ),
+        Metric(
+            key="teacher_ppl",
+            label="Teacher perplexity",
+            better="lower",
+            description="Held-out perplexity of the MoE teacher (the ceiling).",
+        ),
+        Metric(
+            key="top1_agreement",
+            label="Top-1 agreement",
+            unit="%",
+            better="higher",
+            description="Share of held-out tokens where student and teacher predict the same next token.",
+        ),
+        Metric(
+            key="compression",
+            label="Compression",
+            unit="×",
+            better="higher",
+            description="Teacher parameters per student parameter.",
+        ),
+    ),
+    comparison=Comparison.none("Student against teacher: both perplexities stand side by side in the metrics."),
     title="Distil a language model (AMiD and baselines)",
     summary="Train a small student to imitate a teacher LM through AMiD's α-mixture or a classic KD loss.",
-    version=1,
+    version=2,
     queue="gpu",
     soft_time_limit=6 * 3600,
     time_limit=6 * 3600 + 300,
     params=(
-        Model(name="model", accepts=("hf-moe-lm",), default="zoo:moe-lm-tiny", help="The teacher (a causal MoE LM)."),
-        Dataset(name="dataset", accepts=("text",), default="zoo:stdlib-docs", help="Text to distil on."),
+        Model(
+            name="model",
+            accepts=("hf-moe-lm",),
+            default="zoo:moe-lm-tiny",
+            replaced_by=("checkpoint",),
+            help="The teacher (a causal MoE LM).",
+        ),
+        File(
+            name="checkpoint",
+            label="Teacher checkpoint",
+            formats=("zip", "tar"),
+            max_bytes=20 * 2**30,
+            help="Or upload the teacher: a zip or tar(.gz) of a Hugging Face MoE checkpoint folder (config.json, "
+            "safetensors weights, tokenizer.json); it replaces the model above.",
+        ),
+        Dataset(
+            name="dataset",
+            accepts=("text",),
+            default="zoo:stdlib-docs",
+            replaced_by=("text_file",),
+            help="Text to distil on.",
+        ),
         File(
             name="text_file",
-            formats=("txt", "json"),
+            formats=TEXT_FORMATS,
             max_bytes=200 * 2**20,
-            help='Or upload text: plain UTF-8, or JSONL with a "text" field per line.',
+            help='Or upload text: plain UTF-8, JSONL with a "text" field per line, or CSV/TSV with a text column; '
+            "it replaces the dataset above.",
         ),
         Int(name="student_hidden", default=32, min=8, max=4096, help="Student width."),
         Int(name="student_layers", default=2, min=1, max=48, help="Student transformer layers."),
@@ -120,7 +189,12 @@ spec = JobSpec(
     guide=(
         "Lower held-out forward KL (p‖q) means the student covers the teacher's distribution; lower reverse KL "
         "(q‖p) that it avoids what the teacher deems unlikely. Top-1 agreement counts tokens where both pick the "
-        "same next token. Non-finite steps were skipped; a large gradient-norm spread signals an unstable loss."
+        "same next token. Non-finite steps were skipped; a large gradient-norm spread signals an unstable loss.\n\n"
+        "**What you can bring.** The teacher: a library hf-moe-lm, or an uploaded zip or tar(.gz) of a Hugging Face "
+        "MoE checkpoint folder (config.json, safetensors weights, tokenizer.json; the folder may be the archive's "
+        "root or one level down). The text: a library text item, or an uploaded UTF-8 file (plain text; JSONL with "
+        'a "text" field per line; CSV or TSV with a text column; a byte-order mark and Windows line ends are fine). '
+        "An upload replaces the model or dataset picked above; the job records only what it used."
     ),
     sample={"steps": 60, "train_windows": 32, "eval_windows": 16, "eval_every": 20, "seed": 0},
     summarize=_summarize,
@@ -148,6 +222,15 @@ def _texts(inputs: dict[str, Any]) -> tuple[str, list[str], list[str]]:
     except TextDatasetError as exc:
         raise JobError(f"Text: {exc}.") from None
     return data.name, data.split("train"), data.split("test") + data.split("calibration")
+
+
+def _teacher_folder(inputs: dict[str, Any]) -> Path:
+    """The teacher's checkpoint folder: an uploaded archive's (unpacked and checked by the runner), or the model's."""
+    if "checkpoint" in inputs:
+        from mlcore.sniff import unpacked_checkpoint
+
+        return unpacked_checkpoint(Path(inputs["checkpoint"]), label="Teacher checkpoint")
+    return Path(inputs["model"])
 
 
 def _load_teacher(folder: Path, device: Any) -> tuple[Any, Any]:
@@ -201,13 +284,14 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     from mlcore.distill.pipeline import student_config as make_student_config
     from mlcore.eval.perplexity import heldout_windows
 
-    if "model" not in inputs:
-        raise JobError("Pick a teacher model (e.g. zoo:moe-lm-tiny).")
+    if "model" not in inputs and "checkpoint" not in inputs:
+        raise JobError("Pick a teacher model (e.g. zoo:moe-lm-tiny) or upload a teacher checkpoint.")
     if "text_file" not in inputs and "dataset" not in inputs:
         raise JobError("Pick a text dataset (e.g. zoo:stdlib-docs) or upload a text file.")
     loss_config = _loss_config(params)
     ctx.progress(0.0, "loading the teacher")
-    teacher, tokenizer = _load_teacher(Path(inputs["model"]), ctx.device)
+    teacher_folder = _teacher_folder(inputs)
+    teacher, tokenizer = _load_teacher(teacher_folder, ctx.device)
     if params["teacher_temperature"] != 1.0:
         teacher = SharpenedTeacher(teacher, params["teacher_temperature"])
     context = int(getattr(teacher.config, "max_position_embeddings", params["seq_len"]))
@@ -279,7 +363,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     ctx.register(
         "hf-lm",
         folder,
-        {"name": f"student of {Path(inputs['model']).name} ({params['loss']})", "loss": params["loss"]},
+        {"name": f"student of {teacher_folder.name} ({params['loss']})", "loss": params["loss"]},
     )
     report = ctx.workdir / "report.json"
     report.write_text(

@@ -1,8 +1,9 @@
 """``moe-planner``: predict what an MoE configuration buys with the Efficiency Leverage law.
 
 Takes the law's constants from a fit to your own runs (a CSV, schema in
-:mod:`mlcore.analysis.runs`), from the project's bundled toy-scale fit (``make bench-el``), or as
-numbers you supply, and reports for a proposed architecture: EL, the loss-matched dense model,
+:mod:`mlcore.analysis.runs`; an uploaded runs table is always fitted), from the project's bundled
+toy-scale fit (``make bench-el``), or as numbers you supply, and reports for a proposed
+architecture: EL, the loss-matched dense model,
 the compute saving, parameters and bytes per device, and serving with experts offloaded (device
 memory, transfer per token and decode speed, from the LRU and SCH hit rates of a
 ``routing-analysis`` report, :mod:`mlcore.analysis.plan`); with charts of EL against the
@@ -17,8 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlcore.jobs import Bool, Choice, File, Float, Int, JobContext, JobError, JobSpec, Seed
+from mlcore.jobs import Bool, Choice, Comparison, File, Float, Int, JobContext, JobError, JobSpec, Metric, Seed
 from mlcore.jobs.binding import bind
+from mlcore.jobs.spec import InputCheck
 
 if TYPE_CHECKING:
     from mlcore.analysis.el import ELConstants
@@ -56,37 +58,96 @@ SERVING_PARAMS = (
 )
 
 
+USER_CONSTANTS = ("a", "d", "beta", "gamma")
+#: ``cache_hit_rate``'s default: the typed rate that a routing report's measured rates replace.
+TYPED_HIT_RATE = 0.5
+
+
 def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
     errors = []
     if p["top_k"] > p["experts"]:
         errors.append(("top_k", f"Must not exceed the number of experts ({p['experts']})."))
     if p["constants"] == "user" and p["a"] == 0:
         errors.append(("a", "Give the law's constants (a at least) or pick another source of constants."))
+    if p["constants"] != "user":
+        errors += [
+            (name, f"Used only with constants=user (now {p['constants']}); pick user or leave it at 0.")
+            for name in USER_CONSTANTS
+            if p[name] != 0
+        ]
     return errors
 
 
+def _check_inputs(p: dict[str, Any], uploaded: frozenset[str]) -> InputCheck:
+    """An uploaded runs table is fitted: refuse a constants choice that would leave it unread."""
+    errors = []
+    if "runs" in uploaded and p["constants"] in ("bundled", "user"):
+        errors.append(
+            (
+                "constants",
+                f"You uploaded a runs table, but constants={p['constants']} would not read it. Pick auto or "
+                "fit-runs to fit the law to your runs, or remove the upload.",
+            )
+        )
+    if "runs" not in uploaded and p["constants"] == "fit-runs":
+        errors.append(("runs", "constants=fit-runs fits the law to your runs: upload the runs table."))
+    if "routing_report" in uploaded and p["cache_hit_rate"] != TYPED_HIT_RATE:
+        errors.append(
+            (
+                "cache_hit_rate",
+                "The routing report's measured hit rates replace the typed one; leave it at "
+                f"{TYPED_HIT_RATE:g} or remove the report.",
+            )
+        )
+    return InputCheck(errors=errors)
+
+
 def _summarize(scalars: Mapping[str, Any]) -> str:
-    return (
+    line = (
         f"Efficiency leverage {scalars['efficiency_leverage']:.2f}×: the MoE reaches the loss of a dense model "
         f"of ≈{scalars['dense_equivalent_params'] / 1e6:.3g}M parameters with "
         f"{scalars['compute_saving']:.0%} less training compute."
     )
+    if scalars.get("routing_report_shape_mismatch"):
+        line += (
+            f" Warning: the routing report is from a model with {scalars['routing_report_experts']:.0f} experts, "
+            f"top-{scalars['routing_report_top_k']:.0f}, not the planned shape; its hit rates are only a rough guide."
+        )
+    return line
 
 
 spec = JobSpec(
     name="moe-planner",
+    metrics=(
+        Metric(
+            key="efficiency_leverage",
+            label="Efficiency leverage",
+            unit="×",
+            better="higher",
+            description="Dense compute an MoE of this shape matches, per unit of its own compute.",
+        ),
+        Metric(
+            key="compute_saving",
+            label="Compute saving",
+            unit="%",
+            better="higher",
+            description="Share of training compute saved against the dense model of equal quality.",
+        ),
+    ),
+    comparison=Comparison.none("A plan from a fitted scaling law; its charts hold the candidate shapes."),
     title="Plan an MoE configuration (Efficiency Leverage)",
     summary="Predict an MoE's compute leverage over dense models, its dense equivalent, memory and offload traffic.",
-    version=2,
+    version=3,
     queue="cpu",
     soft_time_limit=900,
     time_limit=960,
     params=(
         Choice(
             name="constants",
-            default="bundled",
-            options=("bundled", "fit-runs", "user"),
-            help="Law constants: the bundled toy-scale fit (make bench-el), a fit to the runs you upload, or yours.",
+            default="auto",
+            options=("auto", "bundled", "fit-runs", "user"),
+            help="Law constants: auto fits the runs you upload and otherwise takes the bundled toy-scale fit "
+            "(make bench-el); bundled, fit-runs and user (the four numbers below) pick one source.",
         ),
         File(name="runs", formats=("csv", "txt"), max_bytes=20 * 2**20, help=RUNS_HELP),
         Float(name="a", default=0.0, min=-100, max=100, help="User constants: α = a + d·ln C."),
@@ -118,7 +179,8 @@ spec = JobSpec(
             formats=("json",),
             max_bytes=20 * 2**20,
             help="report.json of a routing-analysis job: its LRU and SCH hit rates at the cache size below give "
-            "the offloading traffic (instead of the hit rate typed below).",
+            "the offloading traffic (instead of the hit rate typed below). A report from a model with another "
+            "expert count or top-k is used with a warning.",
         ),
         Float(
             name="cache_multiple",
@@ -132,7 +194,8 @@ spec = JobSpec(
             default=0.5,
             min=0,
             max=1,
-            help="Expert-cache hit rate when offloading, if no routing-analysis report is uploaded.",
+            help="Expert-cache hit rate when offloading, if no routing-analysis report is uploaded (a report's "
+            "measured rates replace it).",
         ),
         Float(
             name="link_gb_per_s",
@@ -152,13 +215,18 @@ spec = JobSpec(
         Seed(name="seed"),
     ),
     validate=_validate,
+    check_inputs=_check_inputs,
     guide=(
         "EL > 1 means the MoE reaches a dense model's loss with EL times less training compute; the "
         "'dense equivalent' is the compute-optimal dense model (Chinchilla rule) with that compute. Constants "
         "fitted on toy models must not be extrapolated to large models: the source of the constants is shown "
         "with every prediction. Held-out errors compare the law with simpler baselines on budgets and on (A, G) "
         "configurations left out of the fit; G* is the best granularity (it exists when γ < 0). Upload a "
-        "routing-analysis report.json to plan offloading from measured LRU and SCH hit rates."
+        "routing-analysis report.json to plan offloading from measured LRU and SCH hit rates.\n\n"
+        "**What you can bring.** A runs table (CSV, UTF-8, one row per training run with the columns listed "
+        "under Runs) is fitted whenever you upload it (constants auto or fit-runs). A routing-analysis "
+        "report.json gives the offloading hit rates; one from a model of another expert count or top-k is "
+        "used with a warning here."
     ),
     sample={"constants": "bundled", "d_model": 512, "layers": 8, "experts": 32, "top_k": 4, "d_expert": 256, "seed": 0},
     summarize=_summarize,
@@ -171,7 +239,7 @@ def _constants(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) 
 
     if params["constants"] == "user":
         return _user_constants(params), None
-    if params["constants"] == "bundled":
+    if params["constants"] == "bundled" or (params["constants"] == "auto" and "runs" not in inputs):
         if not BUNDLED.is_file():
             raise JobError("No bundled fit is installed; run `make bench-el`, or upload runs, or give constants.")
         data = json.loads(BUNDLED.read_text())
@@ -287,6 +355,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
 
     ctx.progress(0.0, "loading constants")
     curves = _routing_curves(params, inputs, ctx)  # before the fit, so a bad report fails at once
+    if "routing_report" in inputs:
+        _check_report_shape(params, Path(inputs["routing_report"]), ctx)
     constants, fitted_range = _constants(params, inputs, ctx)
     arch = _architecture(params)
     ctx.raise_if_cancelled()
@@ -339,6 +409,29 @@ def _routing_curves(params: dict[str, Any], inputs: dict[str, Any], ctx: JobCont
         raise JobError(f"Routing report: {exc}.") from None
     ctx.log(f"offloading hit rates from {path.name}: LRU expected, SCH(L = {look}) as the look-ahead bound")
     return curves
+
+
+def _check_report_shape(params: dict[str, Any], path: Path, ctx: JobContext) -> None:
+    """Hit rates depend on the expert count and top-k they were measured at: a report from another shape
+    is still the best measurement a user has, so it is used, with a warning in the log, a metric and the summary."""
+    report = json.loads(path.read_text(encoding="utf-8"))
+    experts, top_k = (
+        sorted({int(v) for v in report.get(key) or [] if isinstance(v, int | float)})
+        for key in ("num_experts", "top_k")
+    )
+    if not experts or not top_k:
+        ctx.log(f"WARNING: {path.name} does not say its model's expert count and top-k; its shape is unchecked")
+        return
+    ctx.metric("routing_report_experts", experts[0])
+    ctx.metric("routing_report_top_k", top_k[0])
+    mismatch = experts != [params["experts"]] or top_k != [params["top_k"]]
+    ctx.metric("routing_report_shape_mismatch", float(mismatch))
+    if mismatch:
+        ctx.log(
+            f"WARNING: {path.name} measured a model with {'/'.join(map(str, experts))} experts, top-"
+            f"{'/'.join(map(str, top_k))}, but the plan has {params['experts']} experts, top-{params['top_k']}: "
+            "hit rates at a cache multiple m change with both, so treat the offloading figures as a rough guide."
+        )
 
 
 def _offload_chart(ctx: JobContext, arch: Any, serving: Any, curves: dict[str, Any]) -> None:

@@ -260,9 +260,12 @@ class Seed(Int):
 @dataclass(frozen=True, kw_only=True)
 class _Reference(Param):
     """A reference to a model or dataset: ``zoo:NAME``, ``library:ID`` or, in ``moelab run`` only,
-    a local path. ``accepts`` lists the item kinds the job can use."""
+    a local path. ``accepts`` lists the item kinds the job can use; ``replaced_by`` the file
+    parameters whose upload takes its place (the reference is then cleared: neither fetched, built
+    nor recorded as an input; see ``JobSpec.apply_uploads``)."""
 
     accepts: tuple[str, ...] = ()
+    replaced_by: tuple[str, ...] = ()
 
     def clean(self, raw: Any) -> str:
         if not isinstance(raw, str | int) or isinstance(raw, bool):

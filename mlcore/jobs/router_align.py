@@ -19,8 +19,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import bar_chart, small_multiples, step_lines
-from mlcore.jobs import Choice, Estimate, File, Float, Int, JobContext, JobError, JobSpec, Model, Seed
+from mlcore.jobs import (
+    Choice,
+    Comparison,
+    Estimate,
+    File,
+    Float,
+    Int,
+    JobContext,
+    JobError,
+    JobSpec,
+    Metric,
+    Model,
+    Seed,
+)
 from mlcore.jobs.binding import bind
+from mlcore.jobs.spec import InputCheck
 
 if TYPE_CHECKING:
     from mlcore.roma.roma import StudyConfig
@@ -31,8 +45,9 @@ ALIGN_PARAMS = ("layers", "k", "sigma", "lam", "epochs", "lr", "targets")
 STUDY_PARAMS = ("train_examples", "test_examples", "embedding", "oracle_steps")
 
 TASK_FORMAT = (
-    'JSONL objects {"text": ..., "label": ...} or CSV with a text,label header; optional split '
-    "(train/test) and group columns. The model scores each label's first token right after the text."
+    'JSONL objects {"text": ..., "label": ...} or CSV/TSV with a text,label header; optional split '
+    "(train/test), group and id columns (without a split, rows split 4 : 1 by a hash of id or text). "
+    "The model scores each label's first token right after the text."
 )
 
 GUIDE = """\
@@ -59,10 +74,32 @@ has a gradient (the *Regulariser* curve must move; the public reference script's
 10–20 points below per-sample oracle routing; aligning the routing manifold to the task manifold
 closes much of that gap at no inference cost, beyond CE-only router tuning.
 
+**What you can bring.** The model: a library hf-moe-lm or moe-task-classifier, or an uploaded zip
+or tar(.gz) of a Hugging Face MoE checkpoint folder (config, safetensors weights, tokenizer); one
+of the two, not both. A labelled task file for a language model, UTF-8: JSONL
+`{"text": ..., "label": ...}` or CSV/TSV with a `text,label` header, optionally `split`, `group`
+and `id` columns (a byte-order mark and Windows line ends are fine); it replaces the built-in task
+set, whose example counts then do not apply.
+
 **What good looks like.** RoMA > CE-only ≥ base, a positive fraction of the gap closed and a
 higher overlap after tuning. Our benchmark (`bench/results/routing.md`) reports what we measured
 over 3 seeds, including where the claim did not reproduce.
 """
+
+
+def _check_inputs(p: dict[str, Any], uploaded: frozenset[str]) -> InputCheck:
+    """One model, from the library or uploaded; a task file needs a language model to read it."""
+    errors = []
+    if "checkpoint" in uploaded and p["model"]:
+        errors.append(("model", "Give either a model or an uploaded checkpoint, not both."))
+    if "task_file" in uploaded and not p["model"] and "checkpoint" not in uploaded:
+        errors.append(
+            (
+                "task_file",
+                "An uploaded task set needs a language model: pick one (e.g. zoo:moe-lm-tiny) or upload a checkpoint.",
+            )
+        )
+    return InputCheck(errors=errors)
 
 
 def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
@@ -94,6 +131,36 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
 
 spec = JobSpec(
     name="router-align",
+    metrics=(
+        Metric(
+            key="shifted_accuracy_{variant}",
+            label="Accuracy, shifted data",
+            unit="%",
+            better="higher",
+            proportion=True,
+            n="test_examples",
+            description="Share of test examples from the shifted distribution answered right.",
+        ),
+        Metric(
+            key="iid_accuracy_{variant}",
+            label="Accuracy, in-distribution",
+            unit="%",
+            better="higher",
+            proportion=True,
+            n="test_examples",
+            description="Share of in-distribution test examples answered right.",
+        ),
+        Metric(
+            key="shifted_gap_closed_{variant}",
+            label="Oracle gap closed",
+            unit="%",
+            better="higher",
+            description="Share of the gap between the base router and the oracle that the method closes.",
+        ),
+    ),
+    comparison=Comparison(
+        baseline="base", metrics=("shifted_accuracy_{variant}", "iid_accuracy_{variant}"), chart="gap_closed"
+    ),
     title="Align MoE routers to the task manifold (RoMA)",
     summary=(
         "Post-train only the last routers so each sample routes like its successful neighbours; "
@@ -118,7 +185,7 @@ spec = JobSpec(
         ),
         File(
             name="task_file",
-            formats=("json", "csv", "txt"),
+            formats=("jsonl", "json", "csv", "txt"),
             max_bytes=200 * 2**20,
             help=f"Labelled task set for a language model (default: the built-in multi-task set). {TASK_FORMAT}",
         ),
@@ -162,6 +229,7 @@ spec = JobSpec(
         Seed(name="seed"),
     ),
     validate=_validate,
+    check_inputs=_check_inputs,
     estimate=_estimate,
     guide=GUIDE,
     sample={

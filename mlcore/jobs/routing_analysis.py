@@ -1,6 +1,7 @@
 """``routing-analysis``: how well an MoE model suits expert offloading (local routing consistency).
 
-Records the model's routing on evaluation text (or reads an uploaded routing trace) and reports
+Records the model's routing on evaluation text (a built-in or library text, or an uploaded text
+file) or reads a routing trace (uploaded or from the library), and reports
 SRP(L), SCH(L, m) and the LRU / LFU / Belady cache hit rates with bootstrap CIs, per-layer
 heatmaps, local and global load balance, and a cache-size recommendation with its transfer cost
 (:mod:`mlcore.analysis.consistency`; Liang et al., "Not All Models Suit Expert Offloading", ICLR 2026).
@@ -13,7 +14,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlcore.jobs import Dataset, File, Float, Int, JobContext, JobError, JobSpec, Model, Numbers, Seed
+from mlcore.jobs import (
+    Comparison,
+    Dataset,
+    File,
+    Float,
+    Int,
+    JobContext,
+    JobError,
+    JobSpec,
+    Metric,
+    Model,
+    Numbers,
+    Seed,
+)
+from mlcore.jobs.spec import InputCheck
 
 #: The method card's default evaluation, 2,048 samples × 512 tokens, is the most one job records.
 MAX_TOKENS = 2048 * 512
@@ -26,6 +41,20 @@ def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
     if any(m < 1 for m in p["multiples"]):
         errors.append(("multiples", "A cache must hold at least the active experts: use multiples ≥ 1."))
     return errors
+
+
+def _check_inputs(p: dict[str, Any], uploaded: frozenset[str]) -> InputCheck:
+    """One source of routing: a model recorded on text, or a trace. Text is read only when a model is
+    recorded, so with a trace (or no model) the evaluation text is not built, and an uploaded one is refused."""
+    traced = "trace" in uploaded or bool(p["trace_item"])
+    errors = []
+    if traced and p["model"]:
+        errors.append(("model", "Give a model to record or a routing trace, not both; a trace is analysed as it is."))
+    if "trace" in uploaded and p["trace_item"]:
+        errors.append(("trace_item", "Give one routing trace: upload one or pick one from the library."))
+    if traced and "text_file" in uploaded:
+        errors.append(("text_file", "A routing trace is analysed as recorded; text is read only to record a model."))
+    return InputCheck(errors=errors, unused=frozenset({"dataset"}) if traced or not p["model"] else frozenset())
 
 
 def _summarize(scalars: Mapping[str, Any]) -> str:
@@ -41,9 +70,25 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
 
 spec = JobSpec(
     name="routing-analysis",
+    metrics=(
+        Metric(
+            key="recommended_hit_rate",
+            label="Cache hit rate",
+            unit="%",
+            better="higher",
+            description="Share of expert loads served from the cache at the recommended size.",
+        ),
+        Metric(
+            key="recommended_multiple",
+            label="Recommended cache size",
+            unit="×",
+            description="Cache size as a multiple of the experts a token uses.",
+        ),
+    ),
+    comparison=Comparison.none("An analysis of one model's routing; its charts compare the cache policies."),
     title="Routing consistency and expert offloading",
     summary="SRP and SCH (local routing consistency), expert-cache hit rates and a cache-size recommendation.",
-    version=2,
+    version=3,
     queue="gpu",
     soft_time_limit=3600,
     time_limit=3900,
@@ -53,7 +98,20 @@ spec = JobSpec(
             accepts=("hf-moe-lm",),
             help="The MoE language model whose routing to record (e.g. zoo:moe-lm-tiny), unless you upload a trace.",
         ),
-        Dataset(name="dataset", accepts=("text",), default="zoo:shakespeare", help="Evaluation text (its test split)."),
+        Dataset(
+            name="dataset",
+            accepts=("text",),
+            default="zoo:shakespeare",
+            replaced_by=("text_file",),
+            help="Evaluation text (its test split).",
+        ),
+        File(
+            name="text_file",
+            formats=("txt", "jsonl", "json", "csv"),
+            max_bytes=200 * 2**20,
+            help='Or upload evaluation text: plain UTF-8, JSONL with a "text" field per line, or CSV/TSV with a '
+            "text column; it replaces the dataset above.",
+        ),
         File(
             name="trace",
             formats=("safetensors",),
@@ -95,12 +153,18 @@ spec = JobSpec(
         Seed(name="seed"),
     ),
     validate=_validate,
+    check_inputs=_check_inputs,
     guide=(
         "SRP(L) near 1 means one fixed expert set serves L consecutive tokens: the model suits offloading. "
         "SCH(L, m) is the best hit rate a cache of m×k experts per layer reaches with L tokens of look-ahead; "
         "Belady is the offline optimum and LRU/LFU what an online cache gets. Look for the knee of the hit-rate "
         "curves (often near m = 2). Shaded bands are 95% bootstrap intervals over sequences; a locally "
-        "balanced router (high local balance) usually has low SRP."
+        "balanced router (high local balance) usually has low SRP.\n\n"
+        "**What you can bring.** Either a model to record (a library hf-moe-lm) with evaluation text, a library "
+        'text item or an uploaded UTF-8 file (plain text; JSONL with a "text" field per line; CSV/TSV with a '
+        "text column; a byte-order mark and Windows line ends are fine), of which the test split (1 block in 20) "
+        "is read; or a routing trace recorded elsewhere (a MoE Lab .safetensors trace, uploaded or from the "
+        "library), analysed as it is. One source of routing per job: a model and a trace together are refused."
     ),
     sample={"model": "zoo:moe-lm-tiny", "dataset": "zoo:shakespeare", "samples": 32, "resamples": 200, "seed": 0},
     summarize=_summarize,
@@ -147,7 +211,7 @@ def _record_trace(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContex
         raise JobError("The model has no tokenizer; include tokenizer.json next to config.json, or upload a trace.")
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     try:
-        data = load_text_dataset(Path(inputs["dataset"]))
+        data = load_text_dataset(Path(inputs["text_file"] if "text_file" in inputs else inputs["dataset"]))
         windows = pack_windows(
             data.split("test") or data.split("train"),
             lambda text: tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids,

@@ -218,6 +218,8 @@ def prepare(
     params = kind.spec.clean(raw_params)
     check_estimate(kind, params, memory_limit=memory_limit)
     inputs = check_files(kind, files, workdir)
+    # What an upload replaced is not fetched, built or recorded; contradictions are refused here.
+    params = kind.spec.apply_uploads(params, inputs)
     inputs.update(resolve_references(kind, params, resolver))
     return params, inputs
 

@@ -4,14 +4,17 @@
 Two spellings of the same table, recognised from the content:
 
 - **JSONL**: one JSON object a line, ``{"text": "...", "label": "..."}``, optionally with
-  ``"split"`` (``"train"`` or ``"test"``) and ``"group"`` (a short name, e.g. a difficulty level,
-  for per-group accuracy). Blank lines are skipped.
-- **CSV**: a header row naming the columns ``text``, ``label`` and optionally ``split``, ``group``;
-  then one row per example (standard quoting for commas inside a text).
+  ``"split"`` (``"train"`` or ``"test"``), ``"group"`` (a short name, e.g. a difficulty level,
+  for per-group accuracy) and ``"id"`` (a row's own identifier). Blank lines are skipped.
+- **CSV** (or TSV, or semicolon-separated: the delimiter is sniffed): a header row naming the
+  columns ``text``, ``label`` and optionally ``split``, ``group``, ``id``; then one row per example
+  (standard quoting for delimiters inside a text).
 
-Labels are strings (numbers are read as their text); the classes are the distinct labels, sorted.
-Without a ``split`` column the rows are split 80/20 by a hash of each row's text and position, so the
-split never depends on the machine or the seed. Every error names the line and what to fix.
+A byte-order mark and Windows line ends are fine. Labels are strings (numbers are read as their
+text); the classes are the distinct labels, sorted. Without a ``split`` column the rows are split
+80/20 by a hash of each row's ``id`` if given, else of its text: the content, never its position, so
+the same rows split the same way as JSONL or CSV, in any order, on any machine and with any seed, and
+a text that appears twice never lands on both sides. Every error names the line and what to fix.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-COLUMNS = ("text", "label", "split", "group")
+COLUMNS = ("text", "label", "split", "group", "id")
 SPLITS = ("train", "test")
 MAX_ROWS = 200_000
 MAX_TEXT = 10_000
@@ -56,15 +59,17 @@ def load_labelled(path: Path, *, min_train: int = 8, min_test: int = 2) -> Label
     first = next((line.strip() for line in content.splitlines() if line.strip()), "")
     if not first:
         raise LabelledDataError("the file is empty; give one example per line")
-    records = _jsonl(content) if first.startswith("{") else _csv(content)
+    records = _jsonl(content) if first.startswith("{") else _csv(content, path)
     if len(records) > MAX_ROWS:
         raise LabelledDataError(f"{len(records)} rows is more than the {MAX_ROWS:,} allowed")
     texts, raw_labels, splits, groups = [], [], [], []
     has_split = any("split" in r for _, r in records)
     has_group = any("group" in r for _, r in records)
+    has_id = any("id" in r for _, r in records)
     for line, record in records:
         text, label = _field(record, "text", line, MAX_TEXT), _field(record, "label", line, MAX_LABEL)
-        split = _field(record, "split", line, 10) if has_split else _hash_split(text, line)
+        key = "id\x00" + _field(record, "id", line, MAX_LABEL) if has_id else "text\x00" + text
+        split = _field(record, "split", line, 10) if has_split else _hash_split(key)
         if split not in SPLITS:
             raise LabelledDataError(f"line {line}: split must be 'train' or 'test', got {split!r}")
         texts.append(text)
@@ -111,8 +116,10 @@ def _jsonl(content: str) -> list[tuple[int, dict[str, object]]]:
     return records
 
 
-def _csv(content: str) -> list[tuple[int, dict[str, object]]]:
-    reader = csv.reader(io.StringIO(content))
+def _csv(content: str, path: Path) -> list[tuple[int, dict[str, object]]]:
+    from mlcore.sniff import csv_dialect
+
+    reader = csv.reader(io.StringIO(content), csv_dialect(Path(path)))
     try:
         header = [h.strip().lower() for h in next(reader)]
     except (StopIteration, csv.Error):
@@ -153,6 +160,8 @@ def _field(record: dict[str, object], name: str, line: int, limit: int) -> str:
     return text
 
 
-def _hash_split(text: str, line: int) -> str:
-    bucket = int.from_bytes(hashlib.sha256(f"{line}\x00{text}".encode()).digest()[:8], "big") % 5
+def _hash_split(key: str) -> str:
+    """Train or test (1 in 5) by the row's content or id, never by its line number: a CSV's header
+    line or a reordered file must not move a row to the other side."""
+    bucket = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % 5
     return "test" if bucket == 0 else "train"

