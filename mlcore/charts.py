@@ -14,6 +14,24 @@ VEGA_LITE = "https://vega.github.io/schema/vega-lite/v6.json"
 Order = Literal["ascending", "rows"] | Sequence[str]
 
 
+#: One colour per fate of an expert under compression, the same in every chart that shows fates
+#: (pruned maps of every method, reports, the web): "kept" is blue wherever it appears, whichever
+#: fates a given map happens to hold. Distinguishable in light and dark mode and without hue
+#: (lightness differs between neighbours).
+EXPERT_FATES: dict[str, str] = {
+    "kept": "#2f6fdb",
+    "kept (merged)": "#6a3fc4",
+    "novice": "#e69f00",
+    "merged away": "#c3aef0",
+    "deleted": "#9aa0a8",
+}
+
+
+def fate_scale() -> dict[str, Any]:
+    """The Vega-Lite colour scale of :data:`EXPERT_FATES` (domain and range fixed)."""
+    return {"domain": list(EXPERT_FATES), "range": list(EXPERT_FATES.values())}
+
+
 def _sorted(encoding: dict[str, Any], order: Order) -> dict[str, Any]:
     if isinstance(order, str):
         if order == "rows":
@@ -89,15 +107,19 @@ def heatmap(
     value_format: str | None = None,
     x_order: Order = "ascending",
     y_order: Order = "ascending",
+    value_colors: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A grid of cells (``x`` by ``y``) coloured by ``value``. ``scheme=None`` keeps Vega-Lite's own
     palette (a nominal ``value`` such as an expert's fate needs categorical colours, not a ramp);
     ``value_domain`` pins the colour scale (a weight in [0, 1]) so jobs compare by colour;
-    ``value_format`` is the tooltip's d3 number format for the value."""
+    ``value_format`` is the tooltip's d3 number format for the value; ``value_colors`` fixes a
+    colour per nominal value (an expert's fate: :data:`EXPERT_FATES`)."""
     scale: dict[str, Any] = {}
-    if value_domain is not None:
+    if value_colors is not None:
+        scale = {"domain": list(value_colors), "range": list(value_colors.values())}
+    elif value_domain is not None:
         scale["domain"] = list(value_domain)
-    if scheme is not None:
+    if scheme is not None and value_colors is None:
         scale["scheme"] = scheme
     color: dict[str, Any] = {"field": value, "type": value_type, "title": value_title}
     if scale:
@@ -337,6 +359,20 @@ def with_rules(
     }
 
 
+#: The narrowest a facet cell is drawn: a cell of two bars at 20 px each would be a sliver.
+MIN_CELL = 120
+
+
+def _cell_size(size: int | dict[str, int], cell: dict[str, Any], axis: str, rows: list[dict[str, Any]]) -> int:
+    """A cell's size in pixels: ``{"step": n}`` becomes n pixels per category of the cell's discrete
+    ``axis`` (counted in ``rows``), never below :data:`MIN_CELL`, so a facet always has a plot to read."""
+    if isinstance(size, int):
+        return size
+    field = ((cell.get("encoding") or {}).get(axis) or {}).get("field")
+    categories = len({row.get(field) for row in rows}) if field else 0
+    return max(MIN_CELL, size["step"] * max(categories, 1))
+
+
 def small_multiples(
     chart: dict[str, Any],
     *,
@@ -362,6 +398,9 @@ def small_multiples(
     if row is not None:
         facet["row"] = {"field": row, "type": "nominal", "title": row_title}
     cell = {k: v for k, v in chart.items() if k not in ("$schema", "title", "data")}
+    rows = chart["data"].get("values", [])
+    width = _cell_size(width, cell, "x", rows)
+    height = _cell_size(height, cell, "y", rows)
     return {
         "$schema": chart.get("$schema", VEGA_LITE),
         "title": chart["title"],

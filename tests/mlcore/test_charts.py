@@ -279,15 +279,40 @@ def test_small_multiples_keep_the_chart_and_size_each_cell_explicitly() -> None:
         "column": {"field": "split", "type": "nominal", "title": "Split"},
         "row": {"field": "step", "type": "nominal", "title": None},
     }
-    assert spec["spec"] == {"width": {"step": 20}, "height": 120, "mark": "bar", "encoding": bars["encoding"]}
+    # 20 px per method, as a fixed width: at least MIN_CELL, so two bars still make a readable cell.
+    width = max(charts.MIN_CELL, 20 * len({row["method"] for row in ROWS}))
+    assert spec["spec"] == {"width": width, "height": 120, "mark": "bar", "encoding": bars["encoding"]}
     assert "facet" not in bars and "width" not in bars  # the single view it was built from is left alone
     vega = compiled(spec)
     assert ROWS in inline_values(vega)
     sizes = {s["name"]: s.get("value", s.get("update")) for s in vega["signals"]}
-    assert sizes["child_height"] == 120 and sizes["x_step"] == 20
+    assert sizes["child_height"] == 120 and sizes["child_width"] == width
 
 
 def test_small_multiples_need_a_field_to_split_by() -> None:
     bars = charts.bar_chart("Usage", ROWS, x="method", y="value", x_title="M", y_title="V")
     with pytest.raises(ValueError, match="column or a row"):
         charts.small_multiples(bars, width=100, height=100)
+
+
+def test_expert_fates_keep_one_colour_in_every_map_whichever_fates_it_holds() -> None:
+    only_kept = [{"layer": 0, "expert": 0, "state": "kept"}]
+    mixed = [{"layer": 0, "expert": e, "state": s} for e, s in enumerate(("deleted", "novice", "kept"))]
+    scales = [
+        charts.heatmap(
+            "m",
+            rows,
+            x="expert",
+            y="layer",
+            value="state",
+            x_title="E",
+            y_title="L",
+            value_title="S",
+            scheme=None,
+            value_type="nominal",
+            value_colors=charts.EXPERT_FATES,
+        )["encoding"]["color"]["scale"]
+        for rows in (only_kept, mixed)
+    ]
+    assert scales[0] == scales[1] == charts.fate_scale()
+    assert dict(zip(scales[0]["domain"], scales[0]["range"], strict=True))["kept"] == charts.EXPERT_FATES["kept"]

@@ -16,7 +16,7 @@ class SignupForm(UserCreationForm):
         max_length=100,
         required=False,
         label="Team name",
-        help_text="Your first team; leave empty for “<username>'s team”.",
+        help_text="Your first team; leave empty to call it after your username (“alice's team” for alice).",
     )
 
     class Meta(UserCreationForm.Meta):

@@ -22,6 +22,9 @@ class Area:
     promise: str
     paper: str
     prefixes: tuple[str, ...]
+    #: A page of the area's own (a URL name) the card's button opens instead of one kind's form.
+    page: str = ""
+    page_label: str = ""  # that button's words
 
 
 FLAGSHIPS: tuple[Area, ...] = (
@@ -34,22 +37,26 @@ FLAGSHIPS: tuple[Area, ...] = (
     ),
     Area(
         "watermark",
-        "Watermark generated images",
-        "Train an invisible, key-dependent watermark into an image generator and check it survives attacks.",
+        "Watermark images",
+        # Not "invisible and robust": on photos the demo markers' marks do not yet read back (see the guide).
+        "Mark your own images with your team's key, or check whether an image carries a mark.",
         "MOLM: Mixture of LoRA Markers",
         ("watermark-",),
+        page="portal:watermark",
+        page_label="Mark or check images",
     ),
     Area(
         "pointcloud",
         "Segment point clouds",
-        "Train one mixture-of-experts point transformer across differently captured 3D scenes.",
+        # The button opens the first kind with a sample (pointcloud-segment): say what it does.
+        "Label every point of a 3D scan with a mixture-of-experts point transformer, then explore it in 3D.",
         "Point-MoE: multi-dataset 3D semantic segmentation with experts",
         ("pointcloud-",),
     ),
     Area(
         "video",
         "Generate video",
-        "Train a small video diffusion transformer whose attention routes tokens into groups.",
+        "Sample short clips from a video diffusion transformer whose attention routes tokens into groups.",
         "MoGA: Mixture-of-Groups Attention (with ProMoE's routed FFN)",
         ("video-",),
     ),
@@ -63,6 +70,8 @@ class Card:
     paper: str
     spec: JobSpec | None = None  # the kind "Try with a sample" opens; None: coming soon
     others: list[JobSpec] = field(default_factory=list)  # further kinds of the same area
+    page: str = ""  # the area's own page (a URL name) the button opens, when it has one
+    page_label: str = ""
 
     @property
     def available(self) -> bool:
@@ -71,6 +80,16 @@ class Card:
 
 def _card(spec: JobSpec, others: list[JobSpec] | None = None, area: Area | None = None) -> Card:
     meta = kind_doc(spec.name).meta
+    if area is not None and area.page:
+        # The card opens the area's page, not this kind's form: it promises what the page offers.
+        return Card(
+            title=area.title,
+            promise=area.promise,
+            paper=area.paper,
+            spec=spec,
+            page=area.page,
+            page_label=area.page_label,
+        )
     return Card(
         title=area.title if area else spec.title,
         promise=meta.get("promise") or (area.promise if area else spec.summary),

@@ -23,7 +23,7 @@ from webapp.accounts.models import Membership, Team
 from webapp.accounts.selectors import members_of, membership_for
 from webapp.accounts.views import remember_team, remembered_team
 from webapp.dashboard.home import home_cards
-from webapp.jobs import selectors
+from webapp.jobs import readout, selectors
 from webapp.jobs.models import Job
 
 PAGE_SIZE = 25
@@ -95,6 +95,22 @@ class CountedPaginator(Paginator):
         return super().count if self.total is None else self.total
 
 
+def _key_results(jobs: list[Job]) -> dict[Any, str]:
+    """Job id → its key result for the table (a finished job's headline figure, by its kind)."""
+    scalars = selectors.scalars_of(jobs)
+    results = {}
+    for job in jobs:
+        if str(job.pk) not in scalars:
+            continue
+        try:
+            spec = get_kind(job.kind).spec
+        except UnknownKind:
+            continue
+        # The table defers params; a figure that needs one (an n) shows without its interval.
+        results[job.pk] = readout.key_result(spec, scalars[str(job.pk)], {})
+    return results
+
+
 def _jobs_context(request: HttpRequest, team: Team) -> dict[str, Any]:
     filters = _filters(request, team)
     jobs = selectors.jobs_for_team(
@@ -107,6 +123,7 @@ def _jobs_context(request: HttpRequest, team: Team) -> dict[str, Any]:
     total = None if query else sum(counts.values())
     page = CountedPaginator(jobs, PAGE_SIZE, total=total).get_page(request.GET.get("page"))
     return {
+        "key_results": _key_results(list(page.object_list)),
         "team": team,
         "page": page,
         "filters": filters,

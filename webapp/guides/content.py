@@ -4,6 +4,7 @@ benchmark reports under ``bench/results/``. Nothing here imports torch."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -13,6 +14,7 @@ from typing import Any
 from mlcore.jobs.params import File, Param, Seed
 from mlcore.jobs.registry import Kind, all_kinds
 from mlcore.jobs.spec import JobSpec
+from webapp.jobs.forms import accepts_in_words
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -29,6 +31,19 @@ class KindDoc:
     body: str = ""
 
 
+def _unquote(value: str) -> str:
+    """A YAML-style quoted value without its quotes: ``"a \\"b\\""`` reads ``a "b"``, ``'it''s'`` reads
+    ``it's`` (a value quoted because it holds a colon must not show its escapes on the page)."""
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        try:
+            return str(json.loads(value))
+        except ValueError:
+            return value[1:-1]
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        return value[1:-1].replace("''", "'")
+    return value
+
+
 def _front_matter(text: str) -> KindDoc:
     """``---\\nkey: value\\n---`` at the top of a file; the rest is the body."""
     if not text.startswith("---\n"):
@@ -38,7 +53,7 @@ def _front_matter(text: str) -> KindDoc:
     for line in head.splitlines():
         key, sep, value = line.partition(":")
         if sep:
-            meta[key.strip()] = value.strip()
+            meta[key.strip()] = _unquote(value.strip())
     return KindDoc(meta=meta, body=body.lstrip("\n"))
 
 
@@ -69,7 +84,7 @@ def _constraints(param: Param) -> str:
         parts.append("one of " if param.type == "choice" else "any of ")
         parts[-1] += ", ".join(f"`{o}`" for o in info["options"])
     if getattr(param, "accepts", None):
-        parts.append("accepts " + ", ".join(param.accepts))  # type: ignore[attr-defined]
+        parts.append("takes " + accepts_in_words(param.accepts))  # type: ignore[attr-defined]
     if isinstance(param, File):
         parts.append(f"formats {', '.join(param.formats)}; up to {_bytes(param.max_bytes)}")
         if param.multiple:

@@ -15,18 +15,40 @@ from typing import Any
 from django.http import Http404
 
 from mlcore.charts import VEGA_LITE
+from mlcore.jobs.spec import JobSpec
 from webapp.jobs.models import Job
+from webapp.jobs.readout import Readout
 
 
 def safe_filename(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "chart"
 
 
-def chart_list(job: Job) -> list[dict[str, Any]]:
+def chart_list(job: Job, *, leave_out: str = "") -> list[dict[str, Any]]:
+    """The job's charts in name order; ``leave_out`` names one already shown at the top of the page
+    (the comparison's), so no chart appears twice."""
     return [
         {"name": name, "spec": spec, "element_id": f"chart-{index}"}
         for index, (name, spec) in enumerate(sorted((job.charts or {}).items()))
+        if name != leave_out
     ]
+
+
+def comparison_chart(job: Job, found: Readout) -> dict[str, Any] | None:
+    """The chart beside the comparison table: the one the kind names, else bars built from the table."""
+    table = found.comparison
+    if table is None:
+        return None
+    if table.chart_name and isinstance((job.charts or {}).get(table.chart_name), dict):
+        return {
+            "name": table.chart_name,
+            "spec": job.charts[table.chart_name],
+            "element_id": "chart-comparison",
+            "stored": True,
+        }
+    if table.chart is not None:
+        return {"name": "comparison", "spec": table.chart, "element_id": "chart-comparison", "stored": False}
+    return None
 
 
 def chart_spec(job: Job, name: str) -> dict[str, Any]:
@@ -88,13 +110,77 @@ def series_overlay(name: str, jobs: Sequence[Job]) -> dict[str, Any]:
     }
 
 
-def comparison(jobs: Sequence[Job]) -> dict[str, Any]:
-    """Parameters and scalar metrics side by side (``differs`` marks rows to highlight), and each
-    series overlaid on one chart."""
+#: Declared metrics drawn as bars per job on the compare page (the first ones the kind declares).
+COMPARED_METRICS = 6
+
+
+def metric_bars(jobs: Sequence[Job], spec: JobSpec | None) -> list[dict[str, Any]]:
+    """One bar chart per declared metric the jobs recorded (a bar per job, or per job and variant),
+    so kinds that record scalars only (no series) still get overlaid charts on the compare page."""
+    if spec is None:
+        return []
+    found = []
+    for metric in spec.metrics:
+        rows = []
+        for job in jobs:
+            for name, value in ((job.metrics or {}).get("scalars") or {}).items():
+                variant = metric.match(name)
+                if variant is None or isinstance(value, bool) or not isinstance(value, int | float):
+                    continue
+                rows.append({"job": _label(job), "variant": variant or "—", "value": metric.shown(float(value))})
+        if len({row["job"] for row in rows}) < 2:
+            continue
+        unit = f" ({metric.unit})" if metric.unit else ""
+        encoding: dict[str, Any] = {
+            "y": {"field": "value", "type": "quantitative", "title": f"{metric.label}{unit}"},
+            "color": {"field": "job", "type": "nominal", "title": "Job"},
+            "tooltip": [{"field": "job"}, {"field": "variant"}, {"field": "value", "format": ".4~g"}],
+        }
+        if any(row["variant"] != "—" for row in rows):
+            encoding["x"] = {"field": "variant", "type": "nominal", "title": None, "sort": None}
+            encoding["xOffset"] = {"field": "job"}
+        else:
+            encoding["x"] = {"field": "job", "type": "nominal", "title": "Job"}
+        found.append(
+            {
+                "$schema": VEGA_LITE,
+                "title": metric.label,
+                "description": metric.description,
+                "data": {"values": rows},
+                "mark": "bar",
+                "encoding": encoding,
+            }
+        )
+        if len(found) == COMPARED_METRICS:
+            break
+    return found
+
+
+MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "video/mp4", "application/x-ply")
+
+
+def media_rows(jobs: Sequence[Job]) -> list[dict[str, Any]]:
+    """Artifacts to look at side by side: per artifact name, each job's image, video or point cloud."""
+    per_job = [{a.name: a for a in job.artifacts.all() if a.media_type in MEDIA_TYPES} for job in jobs]
+    names = sorted({name for found in per_job for name in found})
+    return [
+        {"name": name, "cells": [(job, found.get(name)) for job, found in zip(jobs, per_job, strict=True)]}
+        for name in names
+    ]
+
+
+def comparison(jobs: Sequence[Job], spec: JobSpec | None = None) -> dict[str, Any]:
+    """Parameters and scalar metrics side by side (``differs`` marks rows to highlight), each
+    series overlaid on one chart, each declared metric as bars per job, and the media side by side."""
     params = [job.params or {} for job in jobs]
     scalars = [(job.metrics or {}).get("scalars", {}) for job in jobs]
     series = sorted({name for job in jobs for name in (job.metrics or {}).get("series", {})})
     return {
+        "metric_charts": [
+            {"name": chart["title"], "spec": chart, "element_id": f"metric-{index}"}
+            for index, chart in enumerate(metric_bars(jobs, spec))
+        ],
+        "media_rows": media_rows(jobs),
         "param_rows": _rows(sorted({n for p in params for n in p}), params),
         "metric_rows": _rows(sorted({n for s in scalars for n in s}), scalars),
         "series_charts": [

@@ -24,6 +24,7 @@ from webapp.jobs.references import options_for
 
 #: Extensions for the file picker's ``accept`` hint (the server sniffs content; this only filters the dialog).
 _EXTENSIONS: dict[str, tuple[str, ...]] = {
+    "csv": (".csv", ".tsv"),
     "jpeg": (".jpg", ".jpeg"),
     "tar": (".tar", ".tar.gz", ".tgz"),
     "txt": (".txt", ".text"),
@@ -41,6 +42,8 @@ class FieldView:
     options: list[tuple[str, str]] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)
     constraints: str = ""
+    #: One line per option (a method's description), shown beside the option.
+    notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -107,7 +110,52 @@ def _file_hint(param: File) -> tuple[str, str]:
     return accept, f"{formats}; {many}at most {filesizeformat(param.max_bytes)} each"
 
 
-def build_field(param: Param, value: Any, team: Team | None = None) -> FieldView:
+#: What a reference parameter accepts, in words a newcomer reads (the item kinds' names are ids).
+PLAIN_KINDS: dict[str, str] = {
+    "hf-moe-lm": "a Mixture-of-Experts language model (Hugging Face format)",
+    "hf-lm": "a language model (Hugging Face format)",
+    "text": "a text corpus",
+    "images": "a set of images",
+    "pointclouds": "point clouds",
+    "labelled-scans": "labelled point-cloud scans",
+    "graphs": "a graph dataset",
+    "watermark-markers": "an image generator with MOLM watermark markers",
+    "video-dit": "a video diffusion transformer",
+    "keyring": "a watermark keyring",
+}
+
+#: One line on each method a form offers, keyed by (kind, parameter): the names alone are papers' acronyms.
+OPTION_NOTES: dict[tuple[str, str], dict[str, str]] = {
+    ("compress-moe", "methods"): {
+        "mone": "MoNE: drop the least-used, least-varied experts; each leaves a novice (its mean output)",
+        "mone-zero": "MoNE's ranking; dropped experts output zero (an ablation)",
+        "mone-delete": "MoNE's ranking; dropped experts are removed from routing (an ablation)",
+        "random": "drop experts at random (the floor any method should beat)",
+        "frequency": "drop the experts the router picks least often",
+        "rs": "drop by routing score, ranked across the whole model",
+        "ean": "EAN: drop by the size of each expert's activations",
+        "reap": "REAP: drop by router-weighted activation size",
+        "naee": "NAEE: try every subset per layer, keep the one that changes outputs least",
+        "hc-smoe": "HC-SMoE: merge similar experts by clustering their outputs",
+    },
+    ("video-generate", "attention"): {
+        "full": "every token attends to every token (the reference)",
+        "moga": "MoGA: a router sends tokens to groups; attention stays within a group",
+        "local": "spatial windows and per-frame attention only",
+    },
+    ("video-train", "attention"): {
+        "full": "every token attends to every token (the reference)",
+        "moga": "MoGA: a router sends tokens to groups; attention stays within a group",
+        "local": "spatial windows and per-frame attention only",
+    },
+}
+
+
+def accepts_in_words(accepts: tuple[str, ...] | list[str]) -> str:
+    return " or ".join(PLAIN_KINDS.get(kind, kind) for kind in accepts)
+
+
+def build_field(param: Param, value: Any, team: Team | None = None, notes: dict[str, str] | None = None) -> FieldView:
     view = FieldView(param=param, widget=param.type, value=_display(param, value))
     if isinstance(param, Bool):
         view.widget = "checkbox"
@@ -125,23 +173,31 @@ def build_field(param: Param, value: Any, team: Team | None = None) -> FieldView
     elif isinstance(param, Multi):
         view.widget = "multi"
         view.options = [(option, option) for option in param.options]
+        view.notes = dict(notes or {})
         view.value = view.value or []
     elif param.type == "choice":
         view.widget = "select"
-        view.options = [(option, option) for option in getattr(param, "options", ())]
+        notes = notes or {}
+        view.options = [
+            (option, f"{option} — {notes[option]}" if option in notes else option)
+            for option in getattr(param, "options", ())
+        ]
     elif isinstance(param, Text):
         view.widget = "textarea" if param.multiline else "text"
         view.attrs = {"maxlength": param.max_length}
     elif isinstance(param, Key):
         view.options = _key_options(param, team)
         view.widget = "select" if view.options else "text"
+        if view.options and not view.value:
+            # The team's only active key, or its newest (the options come newest first).
+            view.value = view.options[0][0]
         if not view.options:
             view.constraints = "your team has no active watermark key yet: create one under Keys"
             view.attrs = {"placeholder": "key:ID"}
     elif isinstance(param, REFERENCE_TYPES):
         view.options = _reference_options(param, team)
         view.widget = "select" if view.options else "text"
-        view.constraints = "accepts " + ", ".join(param.accepts) if param.accepts else ""
+        view.constraints = f"takes {accepts_in_words(param.accepts)}" if param.accepts else ""
         if not view.options:
             view.attrs = {"placeholder": "library:ID"}
     elif isinstance(param, File):
@@ -170,7 +226,7 @@ class SpecForm:
         self.non_field_errors: list[str] = []
         params = spec.params if with_files else spec.value_params
         values: Mapping[str, Any] = initial if initial is not None else {p.name: p.default for p in params}
-        self.fields = [build_field(p, values.get(p.name), team) for p in params]
+        self.fields = [build_field(p, values.get(p.name), team, OPTION_NOTES.get((spec.name, p.name))) for p in params]
         if data is not None:
             for view in self.fields:
                 view.value = self._posted(view)

@@ -83,3 +83,42 @@ def workers_up() -> QuerySet[WorkerStatus]:
 
 def kind_choices() -> list[tuple[str, str]]:
     return [(kind.name, kind.spec.title) for kind in all_kinds()]
+
+
+#: How many past runs of a kind an estimate looks at (recent ones: code and machines change).
+ESTIMATE_RUNS = 20
+
+
+def queue_position(job: Job) -> int | None:
+    """1 for the next job a worker of the job's queue takes, 2 for the one after, …; None once it
+    has started. Counts every team's jobs (the workers are shared) without showing any of them."""
+    if job.status != Job.Status.QUEUED:
+        return None
+    ahead = Job.objects.filter(queue=job.queue, status=Job.Status.QUEUED, created_at__lt=job.created_at).count()
+    return ahead + 1
+
+
+def typical_duration(kind: str) -> tuple[timedelta, int] | None:
+    """The median wall-clock time of the kind's last finished runs, and how many it is taken over."""
+    rows = list(
+        Job.objects.filter(kind=kind, status=Job.Status.SUCCEEDED, started_at__isnull=False, finished_at__isnull=False)
+        .order_by("-finished_at")
+        .values_list("started_at", "finished_at")[:ESTIMATE_RUNS]
+    )
+    if not rows:
+        return None
+    durations = sorted(finished - started for started, finished in rows)
+    middle = len(durations) // 2
+    median = durations[middle] if len(durations) % 2 else (durations[middle - 1] + durations[middle]) / 2
+    return median, len(durations)
+
+
+def scalars_of(jobs: list[Job]) -> dict[str, dict[str, object]]:
+    """Each finished job's scalar metrics by job id, in one query that leaves the (possibly long)
+    series and charts in the database: the jobs table defers ``metrics``."""
+    # The status is tested in the query, so a page costs one query whatever its jobs' states.
+    ids = [job.pk for job in jobs]
+    if not ids:
+        return {}
+    rows = Job.objects.filter(pk__in=ids, status=Job.Status.SUCCEEDED).values_list("pk", "metrics__scalars")
+    return {str(pk): scalars for pk, scalars in rows if isinstance(scalars, dict)}

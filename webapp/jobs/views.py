@@ -22,7 +22,7 @@ from mlcore.jobs.spec import JobSpec
 from webapp.accounts.models import Membership
 from webapp.accounts.selectors import team_for_user
 from webapp.accounts.views import remember_team
-from webapp.jobs import charts, selectors, services, storage
+from webapp.jobs import charts, readout, selectors, services, storage
 from webapp.jobs.downloads import artifact_response
 from webapp.jobs.forms import SpecForm
 from webapp.jobs.models import Job, JobArtifact
@@ -105,9 +105,13 @@ def _results_version(job: Job, artifacts: list[JobArtifact]) -> str:
 def _results_context(job: Job) -> dict[str, Any]:
     """Charts, artifacts, and the side panels (parameters, inputs, provenance, related runs)."""
     artifacts = list(selectors.artifacts_of(job))
+    shown = None
+    if job.is_terminal:
+        found = readout.build(_spec_of(job), (job.metrics or {}).get("scalars", {}), job.params or {}, job.charts or {})
+        shown = charts.comparison_chart(job, found)
     return {
         "job": job,
-        "charts": charts.chart_list(job),
+        "charts": charts.chart_list(job, leave_out=shown["name"] if shown and shown["stored"] else ""),
         "images": [a for a in artifacts if a.media_type in IMAGE_TYPES],
         "files": [a for a in artifacts if a.media_type not in IMAGE_TYPES],
         "artifact_count": len(artifacts),
@@ -118,14 +122,40 @@ def _results_context(job: Job) -> dict[str, Any]:
     }
 
 
+def _spec_of(job: Job) -> JobSpec | None:
+    try:
+        return get_kind(job.kind).spec
+    except UnknownKind:
+        return None
+
+
+def _waiting(job: Job) -> dict[str, Any]:
+    """What a person waiting wants to know: the place in the queue, and how long runs of the kind
+    took before (the median of recent ones), with the time likely left for a running job."""
+    if job.is_terminal:
+        return {}
+    typical = selectors.typical_duration(job.kind)
+    remaining = None
+    if typical is not None and job.status == Job.Status.RUNNING and job.duration is not None:
+        left = typical[0] - job.duration
+        remaining = left if left.total_seconds() > 0 else None
+    return {"queue_position": selectors.queue_position(job), "typical": typical, "remaining": remaining}
+
+
 def _live_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     membership = _membership(request, job)
-    scalars = sorted((job.metrics or {}).get("scalars", {}).items())
+    scalars = (job.metrics or {}).get("scalars", {})
+    found = readout.build(_spec_of(job), scalars, job.params or {}, job.charts or {})
     return {
         "job": job,
         "title": dict(selectors.kind_choices()).get(job.kind, job.kind),
         "membership": membership,
-        "scalars": scalars,
+        "scalars": sorted(scalars.items()),
+        "readout": found,
+        # The comparison is drawn once the job has finished: while it runs, rows arrive one by one
+        # and a chart redrawn on every poll would flicker.
+        "comparison_chart": charts.comparison_chart(job, found) if job.is_terminal else None,
+        **_waiting(job),
         # No traceback here, not even for the submitter: it names server paths and code. Staff
         # read it in the admin, found by the reference id that the error shows.
     }
@@ -178,8 +208,10 @@ def cancel(request: HttpRequest, job_id: str) -> HttpResponse:
     except services.JobStateError as exc:
         messages.warning(request, str(exc))
     else:
-        done = job.status == Job.Status.CANCELLED
-        messages.success(request, "Job cancelled." if done else "Asked the job to stop; it stops at its next step.")
+        # A running job shows its own "stopping" banner until it has stopped (the live fragment
+        # clears it then); a one-off message here would outlive the stop.
+        if job.status == Job.Status.CANCELLED:
+            messages.success(request, "Job cancelled.")
     return redirect("jobs:detail", job.id)
 
 
@@ -280,6 +312,8 @@ def compare(request: HttpRequest) -> HttpResponse:
     team = jobs[0].team if jobs else None
     context: dict[str, Any] = {"jobs": jobs, "error": error, "team": team, "nav": "dashboard"}
     if not error:
-        context.update(charts.comparison(jobs))
+        context.update(charts.comparison(jobs, _spec_of(jobs[0])))
         remember_team(request, jobs[0].team)
+    # A refused comparison is still a whole page (header, the jobs picked, the way back), answered
+    # 400 so scripts see the refusal.
     return render(request, "jobs/compare.html", context, status=400 if error else 200)

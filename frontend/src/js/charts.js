@@ -27,7 +27,7 @@ export async function drawCharts(root) {
       spec.width = "container";
     }
     try {
-      await embed(element, spec, {
+      const result = await embed(element, spec, {
         renderer: "svg",
         ast: true,
         expr: expressionInterpreter,
@@ -41,6 +41,8 @@ export async function drawCharts(root) {
           autosize: composed ? { type: "pad" } : { type: "fit-x", contains: "padding" },
         },
       });
+      // The Vega view, for tests that count the marks it drew (a property, not markup).
+      element.vegaView = result.view;
       labelChart(element, titleOf(spec));
       element.dataset.drawn = "done";
     } catch (error) {

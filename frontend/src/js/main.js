@@ -5,8 +5,11 @@ import { enhanceArtifacts, registerRenderer } from "./renderers.js";
 import { renderCsvTable } from "./csv-table.js";
 import { renderJsonTree } from "./json-tree.js";
 import { enhanceLibraryUpload } from "./library-upload.js";
+import { enhanceMenu } from "./menu.js";
+import { enhanceCompare } from "./compare.js";
 import "./pointcloud-viewer.js";
 import "./product.js";
+import "./copy.js";
 
 // Polling fragments are swapped wholesale; keep htmx's history cache out of it so Back shows the
 // server's current state instead of a stale snapshot.
@@ -55,6 +58,8 @@ function enhance(root) {
   fillProgress(root);
   enhanceArtifacts(root);
   enhanceLibraryUpload(root);
+  enhanceMenu();
+  enhanceCompare(root);
   enhanceCharts(root).catch((error) => console.error("moelab: chart failed", error));
 }
 

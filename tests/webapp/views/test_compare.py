@@ -23,7 +23,7 @@ def test_it_highlights_what_differs_and_overlays_the_series(
     assert response.status_code == 200
     assert re.search(r'data-row="steps" data-differs>', html)
     assert re.search(r'data-row="final_loss" data-differs>', html)
-    assert re.search(r'data-row="seed">', html)  # equal in both: not highlighted
+    assert re.search(r'data-row="seed" data-same>', html)  # equal in both: not highlighted
     spec = json.loads(re.search(r'<script id="series-0" type="application/json">(.*?)</script>', html, re.S).group(1))
     assert spec["encoding"]["color"]["field"] == "job"
     assert {row["job"] for row in spec["data"]["values"]} == {str(a.id)[:8], str(b.id)[:8]}

@@ -63,7 +63,7 @@ def test_dataset_pickers_list_the_built_in_items_the_parameter_accepts() -> None
     corpus = next(view for view in SpecForm(SPEC).fields if view.name == "corpus")
     text_items = {name for name, item in builtin_items().items() if item.kind == "text"}
     assert {value.removeprefix("zoo:") for value, _ in corpus.options} == text_items
-    assert corpus.constraints == "accepts text"
+    assert corpus.constraints == "takes a text corpus"
 
 
 def test_a_model_picker_without_matching_items_falls_back_to_a_reference_field() -> None:

@@ -30,7 +30,7 @@ def test_it_draws_one_widget_per_parameter_with_bounds_choices_and_formats(
     outcome = field_html(html, "outcome")
     assert re.findall(r'<option value="([^"]+)"', outcome) == ["succeed", "user-error", "crash"]
     notes = field_html(html, "notes")
-    assert 'type="file"' in notes and 'accept=".txt,.text,.csv,.json"' in notes
+    assert 'type="file"' in notes and 'accept=".txt,.text,.csv,.tsv,.json"' in notes
     assert "at most 976.6" in notes  # the kind's byte cap, in words
     seed = field_html(html, "seed")
     assert 'placeholder="random"' in seed

@@ -48,6 +48,24 @@ def duration(value: timedelta | None) -> str:
 
 
 @register.filter
+def distinct(values: Any) -> list[Any]:
+    """The values in their first order, each once (a worker lists a queue per pool process)."""
+    return list(dict.fromkeys(values or []))
+
+
+@register.filter
+def seconds_in_words(value: int | float | None) -> str:
+    """A time limit as a person says it: ``1 h 5 min``, ``30 min``, ``45 s``."""
+    if value is None:
+        return "—"
+    seconds = int(value)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours} h" if hours else "", f"{minutes} min" if minutes else "", f"{secs} s" if secs else ""]
+    return " ".join(p for p in parts if p) or "0 s"
+
+
+@register.filter
 def param_value(value: Any) -> str:
     """A parameter value as a person would type it: lists comma-separated, None as a dash."""
     if value is None or value == "":

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from mlcore.items.registry import ALL_KINDS
+from mlcore.items.registry import all_item_kinds
 from webapp.library.selectors import lineage_of_job
 
 register = template.Library()
@@ -19,7 +19,32 @@ def job_lineage(job: Any) -> dict[str, Any]:
 
 @register.inclusion_tag("library/_promote.html", takes_context=True)
 def promote_button(context: template.Context, job: Any, artifact: Any) -> dict[str, Any]:
-    return {"job": job, "artifact": artifact, "kinds": ALL_KINDS, "csrf_token": context.get("csrf_token")}
+    return {"job": job, "artifact": artifact, "kinds": kinds_for(artifact), "csrf_token": context.get("csrf_token")}
+
+
+#: An artifact's media type as the library's upload formats name it (``mlcore.sniff``).
+MEDIA_FORMATS = {
+    "application/zip": "zip",
+    "application/x-tar": "tar",
+    "application/gzip": "tar",
+    "text/plain": "txt",
+    "text/csv": "csv",
+    "application/json": "json",
+    "application/jsonl": "jsonl",
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "image/webp": "webp",
+    "application/x-ply": "ply",
+}
+
+
+def kinds_for(artifact: Any) -> list[str]:
+    """The library kinds an artifact could be, by its format: a video, a chart's JSON or a report
+    is none (no "Add to library" then), and a ZIP is offered as the kinds archives can hold."""
+    fmt = MEDIA_FORMATS.get(getattr(artifact, "media_type", ""), "")
+    if not fmt:
+        return []
+    return [kind.name for kind in all_item_kinds() if fmt in kind.formats]
 
 
 #: The card's fields in reading order, with their labels; anything else follows, as recorded.
@@ -74,7 +99,7 @@ def card_summary(card: dict[str, Any]) -> str:
     if card.get("top_k"):
         parts.append(f"top-{card['top_k']}")
     if isinstance(card.get("records"), int):
-        parts.append(f"{card['records']:,} records")
+        parts.append(f"{card['records']:,} record{'' if card['records'] == 1 else 's'}")
     if card.get("source"):
         parts.append(str(card["source"]))
     return " · ".join(parts)
