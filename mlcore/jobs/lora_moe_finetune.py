@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from mlcore.lora_moe.mixture import MixtureConfig
     from mlcore.lora_moe.pipeline import FinetuneConfig
 
-ROUTINGS = ("lora", "top1", "top2", "relu", "sparsemax", "ld-mole", "ld-mole-nosparsity")
+ROUTINGS = ("lora", "top1", "top2", "relu", "sparsemax", "ld-mole", "ld-mole-nosparsity", "hydra", "mola")
 PROJECTIONS = ("q", "k", "v", "o", "up", "down")
 #: The parameters of the LoRA mixture and of the fine-tuning run; ``model`` is the job's own.
 MIXTURE_PARAMS = (
@@ -61,6 +61,8 @@ def _validate(p: dict[str, Any]) -> list[tuple[str, str]]:
     errors = []
     if p["routing"] == "top2" and p["experts"] < 2:
         errors.append(("experts", "Top-2 routing needs at least 2 experts."))
+    if p["routing"] == "mola" and p["experts"] < 2:
+        errors.append(("experts", "MoLA routes each token to its top 2 experts, so it needs at least 2 per layer."))
     if p["routing"] == "ld-mole" and p["sparsity_k"] >= p["experts"]:
         errors.append(("sparsity_k", f"Must be below the number of experts ({p['experts']})."))
     if not p["projections"]:
@@ -226,7 +228,9 @@ spec = JobSpec(
             default="ld-mole",
             options=ROUTINGS,
             help="lora: one adapter of rank experts×rank; top1/top2: softmax top-k; relu: ReLU + L1; "
-            "sparsemax: λ = 0; ld-mole: learned λ with the sparsity loss; ld-mole-nosparsity: without it.",
+            "sparsemax: λ = 0; ld-mole: learned λ with the sparsity loss; ld-mole-nosparsity: without it; "
+            "hydra: HydraLoRA, one shared A and experts B heads mixed densely; mola: MoLA, top-2 with more "
+            "experts in higher layers (the same total).",
         ),
         Int(name="experts", default=8, min=1, max=64, help="LoRA experts per projection."),
         Int(name="rank", default=4, min=1, max=64, help="Rank of each expert."),

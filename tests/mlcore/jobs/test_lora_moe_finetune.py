@@ -22,6 +22,22 @@ def test_it_fine_tunes_the_zoo_base_with_ld_mole_and_reports_routing():
     assert "report.json" in ctx.artifacts and "zero-expert rate" in ctx.lines[-1]
 
 
+@pytest.mark.parametrize("routing", ["hydra", "mola"])
+def test_it_fine_tunes_with_the_mixture_of_lora_baselines_the_benchmark_compares(routing):
+    ctx = InMemoryContext()
+    metrics = run(_params(routing=routing, levels="2"), {"model": CHECKPOINT}, ctx)
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+    # HydraLoRA mixes its heads densely; MoLA keeps exactly its top 2 experts per token.
+    expected = 4.0 if routing == "hydra" else 2.0
+    assert metrics["mean_active_experts"] == pytest.approx(expected)
+    assert f"{routing} routing" in " ".join(ctx.lines)
+
+
+def test_it_refuses_mola_with_one_expert():
+    with pytest.raises(ValidationError, match="experts: MoLA routes each token to its top 2 experts"):
+        _params(routing="mola", experts=1)
+
+
 def test_its_sample_parameters_validate():
     params = spec.clean(dict(spec.sample))
     assert params["steps"] <= 200 and spec.guide.startswith("### How to read this")
