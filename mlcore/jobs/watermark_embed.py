@@ -211,8 +211,7 @@ def _fidelity(original: Any, written: Any) -> tuple[float, float]:
 
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    from mlcore.watermark.disclosure import PUBLIC_WEIGHTS_NOTE, rests_on_public_weights
-    from mlcore.watermark.keys import InvalidKey, load_key_file, public_weights_allowed
+    from mlcore.watermark.disclosure import PUBLIC_WEIGHTS_NOTE, key_for_marking
     from mlcore.watermark.verification import named_images
 
     found = named_images(inputs, limit=MAX_IMAGES, too_many="Split the batch.")
@@ -220,19 +219,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         raise JobError("Model: pick markers (e.g. zoo:molm-tiny).")
     if "key" not in inputs:
         raise JobError("Key: pick one of your team's watermark keys.")
-    try:
-        record = load_key_file(Path(inputs["key"]))
-        allowed = public_weights_allowed(Path(inputs["key"]))
-    except InvalidKey as exc:
-        raise JobError(f"Key: {exc}") from None
-    public = rests_on_public_weights(Path(inputs["model"]))
-    if public and not allowed:
-        raise JobError(
-            "Model: these are the zoo's public demo markers; anyone can read a mark made with them offline, so "
-            "this platform does not mark images under your team's key with them. Train your own markers with "
-            "watermark-train and pick them here (an operator who accepts this can set "
-            "MOELAB_ALLOW_PUBLIC_WATERMARK_WEIGHTS=1)."
-        )
+    record, public = key_for_marking(Path(inputs["key"]), Path(inputs["model"]))
     from mlcore.watermark import image_io
     from mlcore.watermark.calibration import matched_bits
     from mlcore.watermark.embed import mark_image

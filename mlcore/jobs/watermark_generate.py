@@ -103,26 +103,13 @@ spec = JobSpec(
 
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    from mlcore.watermark.disclosure import rests_on_public_weights
-    from mlcore.watermark.keys import InvalidKey, load_key_file, public_weights_allowed
+    from mlcore.watermark.disclosure import key_for_marking
 
     if "model" not in inputs:
         raise JobError("Pick a generator with markers (e.g. zoo:molm-tiny).")
     if "key" not in inputs:
         raise JobError("Pick one of your team's watermark keys.")
-    try:
-        record = load_key_file(Path(inputs["key"]))
-        allowed = public_weights_allowed(Path(inputs["key"]))
-    except InvalidKey as exc:
-        raise JobError(f"Key: {exc}") from None
-    public = rests_on_public_weights(Path(inputs["model"]))
-    if public and not allowed:
-        raise JobError(
-            "Model: these are the zoo's public demo markers; anyone can read a mark made with them offline, so "
-            "this platform does not mark images under your team's key with them. Train your own markers with "
-            "watermark-train and pick them here (an operator who accepts this can set "
-            "MOELAB_ALLOW_PUBLIC_WATERMARK_WEIGHTS=1)."
-        )
+    record, public = key_for_marking(Path(inputs["key"]), Path(inputs["model"]))
     # The refusals above come before torch and diffusers are imported: they cost a refused job nothing.
     import torch
     from PIL import Image

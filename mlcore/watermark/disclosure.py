@@ -38,6 +38,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from mlcore.errors import JobError
 from mlcore.watermark.stats import Match
 
 #: Fields anyone may see of a match against another team's key (``organisation`` only when detected).
@@ -146,3 +147,25 @@ def rests_on_public_weights(folder: Path) -> bool:
     candidates.append(folder / "diffusion_pytorch_model.safetensors")  # a bare extractor/ or markers/ folder
     public = public_weight_hashes()
     return any(path.is_file() and _sha256(path) in public for path in candidates)
+
+
+def key_for_marking(key_file: Path, model: Path) -> tuple[Any, bool]:
+    """The team key a marking job (generate, embed) signs with, and whether ``model`` holds the public
+    demo markers. Refuses an invalid key file, and public markers under a key whose policy does not
+    allow them (production, unless the operator opted in): anyone can read such a mark offline."""
+    from mlcore.watermark.keys import InvalidKey, load_key_file, public_weights_allowed
+
+    try:
+        record = load_key_file(Path(key_file))
+        allowed = public_weights_allowed(Path(key_file))
+    except InvalidKey as exc:
+        raise JobError(f"Key: {exc}") from None
+    public = rests_on_public_weights(Path(model))
+    if public and not allowed:
+        raise JobError(
+            "Model: these are the zoo's public demo markers; anyone can read a mark made with them offline, so "
+            "this platform does not mark images under your team's key with them. Train your own markers with "
+            "watermark-train and pick them here (an operator who accepts this can set "
+            "MOELAB_ALLOW_PUBLIC_WATERMARK_WEIGHTS=1)."
+        )
+    return record, public
