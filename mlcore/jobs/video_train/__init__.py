@@ -310,13 +310,28 @@ def _train_config(params: dict[str, Any]) -> TrainConfig:
     )
 
 
+def check_fits(model: Any, params: dict[str, Any], frames: int, size: int) -> None:
+    """Refuse clips the patch grid cannot tile, or a model, batch and clip size a worker cannot hold."""
+    from mlcore.video.memory import estimate_memory_bytes
+
+    try:
+        model.token_grid(frames, size, size)
+    except ValueError as exc:
+        raise JobError(f"frames / resolution: {exc}.") from None
+    config = dict(model.config)
+    need = estimate_memory_bytes(
+        config, batch=params["batch_size"], frames=frames, size=size, attention=params["attention"]
+    )
+    if need * config["depth"] * 1.5 > MAX_MEMORY_BYTES:
+        raise JobError("This model, batch and clip size need more memory than a worker has; shrink one of them.")
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
     from mlcore.data.video import DIRECTIONS, NUM_DIGITS
     from mlcore.video.dit import AuxLosses, activated_ffn_parameters, parameter_count
     from mlcore.video.media import write_gif, write_strip
-    from mlcore.video.memory import estimate_memory_bytes
     from mlcore.video.pipeline import generate, heldout_loss, make_optimiser, train
 
     if "clips" in inputs and "clip_set" in inputs:
@@ -353,15 +368,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     model = _build(params, inputs, ctx.device)
     config = dict(model.config)
     frames, size = params["frames"], params["resolution"]
-    try:
-        model.token_grid(frames, size, size)
-    except ValueError as exc:
-        raise JobError(f"frames / resolution: {exc}.") from None
-    need = estimate_memory_bytes(
-        config, batch=params["batch_size"], frames=frames, size=size, attention=params["attention"]
-    )
-    if need * config["depth"] * 1.5 > MAX_MEMORY_BYTES:
-        raise JobError("This model, batch and clip size need more memory than a worker has; shrink one of them.")
+    check_fits(model, params, frames, size)
     train_config = _train_config(params)
     ctx.log(
         f"VideoDiT {config['ffn']} FFN, {config['attention']} attention, "

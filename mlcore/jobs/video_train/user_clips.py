@@ -42,10 +42,9 @@ def _model(params: dict[str, Any], inputs: dict[str, Any], channels: int, classe
 def run_on_user_clips(params: dict[str, Any], root: Path, inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import torch
 
-    from mlcore.jobs.video_train import MAX_MEMORY_BYTES, _routing_charts, _train_config
+    from mlcore.jobs.video_train import _routing_charts, _train_config, check_fits
     from mlcore.video.dit import AuxLosses, activated_ffn_parameters, parameter_count
     from mlcore.video.media import write_gif, write_strip
-    from mlcore.video.memory import estimate_memory_bytes
     from mlcore.video.pipeline import generate, make_optimiser
     from mlcore.video.user_clips import read_clip_set, split_by_content
     from mlcore.video.user_train import heldout_loss_on, train_on_clips
@@ -58,15 +57,7 @@ def run_on_user_clips(params: dict[str, Any], root: Path, inputs: dict[str, Any]
     classes = max(1, len(clip_set.class_names))
     model = _model(params, inputs, channels, classes, ctx.device)
     config = dict(model.config)
-    try:
-        model.token_grid(frames, size, size)
-    except ValueError as exc:
-        raise JobError(f"frames / resolution: {exc}.") from None
-    need = estimate_memory_bytes(
-        config, batch=params["batch_size"], frames=frames, size=size, attention=params["attention"]
-    )
-    if need * config["depth"] * 1.5 > MAX_MEMORY_BYTES:
-        raise JobError("This model, batch and clip size need more memory than a worker has; shrink one of them.")
+    check_fits(model, params, frames, size)
     train_config = _train_config(params)
     ctx.log(
         f"held out by content hash: {', '.join(held.names)}; training on {len(train_clips.names)} clips; "
