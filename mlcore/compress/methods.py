@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,12 +34,21 @@ NEEDS_LAYER_INPUTS = ("naee",)
 
 
 def make_plan(
-    method: str, adapter: MoEAdapter, calibration: Calibration, keep: int, *, scope: str, seed: int = 0
+    method: str,
+    adapter: MoEAdapter,
+    calibration: Calibration,
+    keep: int,
+    *,
+    scope: str,
+    seed: int = 0,
+    on_layer: Callable[[int, int], Any] | None = None,
 ) -> CompressionPlan:
     """The plan of ``method`` keeping ``keep`` experts per layer (``scope`` = ``layer`` | ``global``).
 
     ``scope`` has no default here or in the ``plan_*`` functions: the compress-moe job's spec holds
-    it, and the benchmark says which it measures."""
+    it, and the benchmark says which it measures. ``on_layer(done, total)`` hears each layer a
+    method plans at length (NAEE's enumeration, which can take minutes); the others plan from the
+    calibration's statistics in a blink and call nothing."""
     if method == "mone":
         return plan_mone(calibration, keep, scope=scope)
     if method == "mone-zero":
@@ -56,7 +66,10 @@ def make_plan(
     if method == "reap":
         return plan_reap(calibration, keep, scope=scope)
     if method == "naee":
-        return plan_naee(adapter, calibration, keep)
+        layers = len(calibration.layers)
+        return plan_naee(
+            adapter, calibration, keep, on_layer=None if on_layer is None else lambda i: on_layer(i + 1, layers)
+        )
     if method == "hc-smoe":
         return plan_hcsmoe(adapter, calibration, keep)
     raise ValueError(f"unknown compression method {method!r}; known: {', '.join(METHODS)}")

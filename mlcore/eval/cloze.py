@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,11 +79,18 @@ def build_items(
 
 
 def choice_loglikelihoods(
-    model: Any, tokenizer: Any, items: list[ClozeItem], *, batch_size: int = 16
+    model: Any,
+    tokenizer: Any,
+    items: list[ClozeItem],
+    *,
+    batch_size: int = 16,
+    on_batch: Callable[[int, int], Any] | None = None,
 ) -> list[list[float]]:
     """Σ log p(choice tokens | context) for every choice of every item.
 
     The context is cut from the left so context + choice fits the model's window.
+    ``on_batch(done, total)`` is called after each batch with the items whose every choice is
+    scored so far (a job's "item 40 of 100"; the callback may raise to stop).
     """
     import torch
 
@@ -98,6 +106,7 @@ def choice_loglikelihoods(
             continuation = encode(choice)[: window - 1]
             ids = (context + continuation)[-window:]
             requests.append((ids, len(continuation)))
+    per_item = len(items[0].choices) if items else 0
     device = next(model.parameters()).device
     scores: list[float] = []
     with torch.inference_mode():
@@ -113,7 +122,8 @@ def choice_loglikelihoods(
                 targets = torch.tensor(ids[len(ids) - n :])
                 predicted = logprobs[row, len(ids) - n - 1 : len(ids) - 1]
                 scores.append(predicted.gather(1, targets[:, None]).sum().item())
-    per_item = len(items[0].choices) if items else 0
+            if on_batch is not None:
+                on_batch(len(scores) // per_item, len(items))
     return [scores[i * per_item : (i + 1) * per_item] for i in range(len(items))]
 
 

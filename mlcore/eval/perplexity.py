@@ -7,6 +7,7 @@ window is scored on its own, so every token after a window's first is predicted 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mlcore.data.packing import pack_windows
@@ -27,8 +28,14 @@ def heldout_windows(tokenizer: Any, texts: list[str], *, length: int, max_window
     return pack_windows(texts, encode, eos_id=tokenizer.eos_token_id, length=length, max_windows=max_windows)
 
 
-def mean_nll(model: Any, windows: torch.Tensor, *, batch_size: int = 16) -> float:
-    """Mean next-token negative log-likelihood in nats over all predicted tokens of ``windows``."""
+def mean_nll(
+    model: Any, windows: torch.Tensor, *, batch_size: int = 16, on_batch: Callable[[int, int], Any] | None = None
+) -> float:
+    """Mean next-token negative log-likelihood in nats over all predicted tokens of ``windows``.
+
+    ``on_batch(done, total)`` is called after each batch with the windows scored so far, so a job
+    can say where a long evaluation is (and stop between batches: the callback may raise).
+    """
     import torch
 
     device = next(model.parameters()).device
@@ -42,6 +49,8 @@ def mean_nll(model: Any, windows: torch.Tensor, *, batch_size: int = 16) -> floa
             )
             total += nll.item()
             count += batch[:, 1:].numel()
+            if on_batch is not None:
+                on_batch(min(start + batch_size, len(windows)), len(windows))
     return total / count
 
 

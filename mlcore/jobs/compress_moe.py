@@ -6,12 +6,17 @@ suite, sizes before/after and per-layer charts. The first method at the first ra
 a checkpoint that ``mlcore.hf.load_model`` reloads (novices included) and offered to the library;
 with novices it also ships their code for ``trust_remote_code=True`` and refuses a plain stock load,
 and a second checkpoint with the novices deleted (another model, evaluated too) serves in any tool.
+
+Progress: calibration fills its stretch of the bar batch by batch; the evaluations (the original
+model, then every variant) share the rest equally and fill it window by window and cloze item by
+item, so the page says "evaluating mone at ratio 0.25: shakespeare perplexity, window 64 of 256".
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +39,11 @@ from mlcore.jobs.spec import InputCheck
 
 METHOD_OPTIONS = ("mone", "mone-zero", "mone-delete", "random", "frequency", "rs", "ean", "reap", "naee", "hc-smoe")
 MAX_CALIBRATION_TOKENS = 2_000_000
+#: Stretches of the progress bar: calibration, then the evaluations (original model and variants).
+CALIBRATION_SPAN = (0.02, 0.15)
+EVALUATION_SPAN = (0.17, 0.97)
+#: The share of a NAEE variant's stretch that its enumeration takes (the other methods plan in a blink).
+NAEE_PLAN_SHARE = 0.3
 
 
 def _validate(params: dict[str, Any]) -> list[tuple[str, str]]:
@@ -242,7 +252,7 @@ def _calibration_texts(inputs: dict[str, Any]) -> tuple[str, list[str]]:
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     from mlcore.compress.calibrate import calibrate
-    from mlcore.compress.methods import METHODS, NEEDS_LAYER_INPUTS, compressed_copy, make_plan
+    from mlcore.compress.methods import NEEDS_LAYER_INPUTS, compressed_copy, make_plan
     from mlcore.compress.naee import CALIBRATION_ROWS
     from mlcore.compress.plan import experts_to_keep
     from mlcore.compress.report import sizes
@@ -283,33 +293,53 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         ctx.log(f"calibration text yields {len(windows)} sequences of {params['seq_len']} tokens, fewer than asked")
     length = min(int(getattr(model.config, "max_position_embeddings", 128)), 128)
 
-    ctx.progress(0.02, "calibrating")
+    batch_size = max(1, 4096 // params["seq_len"])
+    calibrating = ctx.span(*CALIBRATION_SPAN, "calibrating")
+    calibrating(0.0, f"{len(windows)} sequences")
     calibration = calibrate(
         adapter,
         windows,
-        batch_size=max(1, 4096 // params["seq_len"]),
+        batch_size=batch_size,
         keep_inputs=CALIBRATION_ROWS if any(m in NEEDS_LAYER_INPUTS for m in params["methods"]) else 0,
         seed=params["seed"],
-        on_batch=lambda done, total: _calibration_progress(ctx, done, total),
+        on_batch=lambda done, total: calibrating.count(-(-done // batch_size), -(-total // batch_size), "batch"),
     )
     ctx.log(f"calibrated on {calibration.tokens} tokens of {source_name} ({len(windows)} sequences)")
     _expert_charts(ctx, calibration)
 
+    ctx.progress(CALIBRATION_SPAN[1], "preparing the held-out evaluation")
     heldout = prepare_heldout(
         tokenizer, TEXT_SOURCES, length=length, windows=params["eval_windows"], cloze_items=params["cloze_items"]
     )
-    ctx.progress(0.22, "evaluating the original model")
-    baseline = {**heldout.evaluate(model, tokenizer), **sizes(model, adapter)}
+    jobs = [(r, m) for r in ratios for m in params["methods"]]
+    # Every evaluation runs the same held-out set, so the original and each variant get an equal stretch.
+    start, end = EVALUATION_SPAN
+    share = (end - start) / (len(jobs) + 1)
+    evaluating = ctx.span(start, start + share, "evaluating the original model")
+    baseline = {**heldout.evaluate(model, tokenizer, on_progress=evaluating), **sizes(model, adapter)}
     _metrics(ctx, "original", baseline)
     rows: list[dict[str, Any]] = []
     saved: Path | None = None
-    jobs = [(r, m) for r in ratios for m in params["methods"]]
     for done, (ratio, method) in enumerate(jobs):
         ctx.raise_if_cancelled()
-        ctx.progress(0.25 + 0.7 * done / len(jobs), f"{METHODS[method]} at ratio {ratio:g}")
-        plan = make_plan(method, adapter, calibration, keeps[ratio], scope=params["scope"], seed=params["seed"])
+        variant = ctx.span(start + share * (done + 1), start + share * (done + 2), f"{method} at ratio {ratio:g}")
+        planned = NAEE_PLAN_SHARE if method == "naee" else 0.0
+        planning = variant.part(0.0, planned, f"{method} at ratio {ratio:g}: choosing experts")
+        planning(0.0)
+        plan = make_plan(
+            method,
+            adapter,
+            calibration,
+            keeps[ratio],
+            scope=params["scope"],
+            seed=params["seed"],
+            on_layer=functools.partial(planning.count, noun="layer"),
+        )
         compressed, compressed_adapter = compressed_copy(model, plan)
-        result = _evaluate_variant(compressed, compressed_adapter, heldout, tokenizer, baseline)
+        # The first variant with novices is evaluated twice (with them, and as the stock export without).
+        evaluated = planned + (1 - planned) / (2 if saved is None and plan.novices else 1)
+        evaluating = variant.part(planned, evaluated, f"evaluating {method} at ratio {ratio:g}")
+        result = _evaluate_variant(compressed, compressed_adapter, heldout, tokenizer, baseline, evaluating)
         row = {"method": method, "ratio": ratio, "keep": keeps[ratio], **_flat(result)}
         rows.append(row)
         _metrics(ctx, f"{method}@{ratio:g}", result)
@@ -319,11 +349,14 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         )
         ctx.chart(f"pruned-map-{method}-{ratio:g}", _pruned_map(plan, num_experts, method, ratio))
         if saved is None:
+            variant(evaluated, "saving the checkpoint")
             saved = _save(ctx, compressed, compressed_adapter, tokenizer, plan, params, ratio, keeps[ratio], source)
             if plan.novices:
                 export = _save_stock_export(ctx, compressed_adapter, tokenizer, source, f"{method}@{ratio:g}")
                 if export is not None:
-                    exported = _evaluate_variant(export.model, export, heldout, tokenizer, baseline)
+                    label = f"evaluating {method} at ratio {ratio:g} without novices"
+                    exporting = variant.part(evaluated, 1.0, label)
+                    exported = _evaluate_variant(export.model, export, heldout, tokenizer, baseline, exporting)
                     _metrics(ctx, f"{method}@{ratio:g}/stock_export", exported)
                     row.update({f"stock_export_{k}": v for k, v in _flat(exported).items() if not isinstance(v, dict)})
                     ctx.log(
@@ -331,6 +364,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
                         f"{exported['ppl_mean']:.3f} (Δ {exported['delta_ppl']:+.3f})"
                     )
         del compressed
+    ctx.progress(end, "writing the report")
     _report(ctx, baseline, rows, params, source_name)
     if len(ratios) > 1:
         from mlcore.compress.report import quality_vs_ratio
@@ -342,17 +376,17 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     return {"rows": len(rows)}
 
 
-def _calibration_progress(ctx: JobContext, done: int, total: int) -> None:
-    ctx.raise_if_cancelled()
-    ctx.progress(0.02 + 0.18 * done / total, f"calibrating {done}/{total} sequences")
-
-
 def _evaluate_variant(
-    model: Any, adapter: Any, heldout: Any, tokenizer: Any, baseline: dict[str, Any]
+    model: Any,
+    adapter: Any,
+    heldout: Any,
+    tokenizer: Any,
+    baseline: dict[str, Any],
+    on_progress: Callable[[float, str], Any],
 ) -> dict[str, Any]:
     from mlcore.compress.report import sizes
 
-    result = {**heldout.evaluate(model, tokenizer), **sizes(model, adapter)}
+    result = {**heldout.evaluate(model, tokenizer, on_progress=on_progress), **sizes(model, adapter)}
     result["delta_ppl"] = result["ppl_mean"] - baseline["ppl_mean"]
     if "acc" in baseline:
         result["delta_acc"] = result["acc"] - baseline["acc"]

@@ -4,6 +4,11 @@
 tests; :class:`DirectoryContext` writes the CLI's output folder (``metrics.json``,
 ``charts/NAME.json``, ``artifacts/...``, ``log.txt``). The worker has its own subclass that
 persists to the database and storage, throttled to about one write a second.
+
+Progress only moves forward: a report below the last one keeps the bar where it is and changes
+only the stage text. A long loop inside a stage reports through a :class:`ProgressSpan`
+(``ctx.span(start, end, label)``), so the page says where in the stage the job is ("calibrating:
+batch 5 of 16") instead of sitting still and then jumping.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import mimetypes
 import shutil
 import tempfile
 import threading
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,9 +120,21 @@ class JobContext(ABC):
 
     # -- progress and logs -------------------------------------------------------------------
     def progress(self, fraction: float, stage: str = "") -> None:
-        self.fraction = min(1.0, max(0.0, float(fraction)))
+        """Move the bar to ``fraction`` (0–1) and say what the job is doing.
+
+        The bar never goes back: a stage that starts below where the last one ended (a kind whose
+        phases each count from 0, a rounding in a span) keeps the higher value, so a watcher never
+        sees the job undo work. The stage text always updates.
+        """
+        self.fraction = max(self.fraction, min(1.0, max(0.0, float(fraction))))
         self.stage = stage or self.stage
         self._on_progress()
+
+    def span(
+        self, start: float, end: float, label: str = "", *, every_seconds: float = 1.0, every_fraction: float = 0.05
+    ) -> ProgressSpan:
+        """The stretch ``[start, end]`` of the bar for a long loop; see :class:`ProgressSpan`."""
+        return ProgressSpan(self, start, end, label, every_seconds=every_seconds, every_fraction=every_fraction)
 
     def log(self, line: str) -> None:
         self._on_log(str(line).rstrip("\n"))
@@ -181,6 +200,78 @@ class JobContext(ABC):
 
     def close(self) -> None:
         """Flush anything throttled. Called once when ``run`` returns or raises."""
+
+
+class ProgressSpan:
+    """One stretch ``[start, end]`` of a job's bar, filled in by a long loop as it goes.
+
+    A loop (calibration batches, evaluation windows, training steps) calls the span with its own
+    fraction done (0–1) and where it is (``"batch 5 of 16"``); the span maps the fraction into
+    ``[start, end]``, prefixes ``label`` to the text and passes both to ``ctx.progress``.
+
+    It checks for cancellation on every call (an event read, so a stop request lands within one
+    batch), but reports at most once per ``every_seconds`` or per ``every_fraction`` of the span,
+    plus the first and the last call. A tiny model's loop of thousands of batches thus makes a
+    few dozen reports instead of thousands; the worker's context then writes at most one of them
+    a second to the database whatever it is given.
+
+    :meth:`part` cuts a sub-span for one of several loops in a stage (planning, then evaluating, a
+    compressed variant). Library code only ever sees a plain ``(fraction, stage)`` callable.
+    """
+
+    def __init__(
+        self,
+        ctx: JobContext,
+        start: float,
+        end: float,
+        label: str = "",
+        *,
+        every_seconds: float = 1.0,
+        every_fraction: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 0.0 <= start <= end <= 1.0 + 1e-9:  # a computed end may overshoot 1 by a rounding
+            raise ValueError(f"a progress span needs 0 <= start <= end <= 1, not [{start}, {end}]")
+        self.ctx = ctx
+        self.start, self.end, self.label = start, min(end, 1.0), label
+        self.every_seconds, self.every_fraction = every_seconds, every_fraction
+        self._clock = clock
+        self._last: tuple[float, float] | None = None  # (fraction within the span, clock) of the last report
+
+    def at(self, fraction: float) -> float:
+        """The job's fraction when this span's loop is ``fraction`` done."""
+        return self.start + (self.end - self.start) * min(1.0, max(0.0, fraction))
+
+    def text(self, stage: str) -> str:
+        return f"{self.label}: {stage}" if self.label and stage else self.label or stage
+
+    def __call__(self, fraction: float, stage: str = "") -> None:
+        self.ctx.raise_if_cancelled()
+        fraction = min(1.0, max(0.0, float(fraction)))
+        now = self._clock()
+        if self._last is not None and fraction < 1.0:
+            last_fraction, last_time = self._last
+            if fraction - last_fraction < self.every_fraction and now - last_time < self.every_seconds:
+                return
+        self._last = (fraction, now)
+        self.ctx.progress(self.at(fraction), self.text(stage))
+
+    def count(self, done: int, total: int, noun: str) -> None:
+        """Report ``done`` of ``total`` things as ``"noun done of total"``."""
+        self(done / total if total else 1.0, f"{noun} {done} of {total}")
+
+    def part(self, start: float, end: float, label: str | None = None) -> ProgressSpan:
+        """The sub-span from ``start`` to ``end`` of this one (both 0–1 of this span), labelled
+        ``label`` (this span's label when none is given)."""
+        return ProgressSpan(
+            self.ctx,
+            self.at(start),
+            self.at(end),
+            self.label if label is None else label,
+            every_seconds=self.every_seconds,
+            every_fraction=self.every_fraction,
+            clock=self._clock,
+        )
 
 
 class InMemoryContext(JobContext):
