@@ -57,7 +57,8 @@ class Photo:
     pixels: np.ndarray  # (H, W, 3) uint8
 
 
-def _skimage_dir() -> Path:
+def skimage_dir() -> Path:
+    """The sample data that ships inside scikit-image (read in place: nothing is downloaded)."""
     import skimage
 
     return Path(os.path.dirname(skimage.__file__)) / "data"
@@ -80,7 +81,7 @@ def photos() -> tuple[Photo, ...]:
     from sklearn.datasets import load_digits, load_sample_images
 
     out: list[Photo] = []
-    folder = _skimage_dir()
+    folder = skimage_dir()
     for name in SKIMAGE_PHOTOS:
         path = folder / name
         if path.is_file():

@@ -30,6 +30,18 @@ DATASETS: tuple[BuiltinItem, ...] = (
         card={"source": "CPython standard library", "license": "PSF"},
     ),
     BuiltinItem(
+        name="sample-notes",
+        kind="text",
+        title="Notes in two formats (a sample of your own text)",
+        description=(
+            "About 580k characters of English technical prose as users bring text: a JSONL file with a UTF-8 "
+            "byte-order mark and Windows line ends (Python's help topics), and a spreadsheet CSV whose quoted text "
+            "column holds commas and line breaks (the standard library's module docstrings)."
+        ),
+        builder="mlcore.data.user_samples:build_sample_notes",
+        card={"source": "pydoc_data.topics and CPython module docstrings (mlcore.data.user_samples)", "license": "PSF"},
+    ),
+    BuiltinItem(
         name="molm-samples",
         kind="images",
         title="MOLM sample images (8 marked with the demo key, 8 unmarked)",
@@ -122,6 +134,20 @@ DATASETS: tuple[BuiltinItem, ...] = (
         ),
         builder="mlcore.data.images:build_image_crops",
         card={"source": "scikit-image and scikit-learn sample data", "license": "see the packages' data notices"},
+    ),
+    BuiltinItem(
+        name="sample-photos",
+        kind="images",
+        title="Eight photos in three formats (a sample of your own images)",
+        description=(
+            "scikit-image sample photos as users bring them, sides of 300 to 1,000 px: JPEG (one a phone portrait "
+            "stored sideways with an EXIF orientation tag, one a greyscale scan), PNG (RGBA and greyscale) and WebP."
+        ),
+        builder="mlcore.data.user_samples:build_sample_photos",
+        card={
+            "source": "scikit-image sample data (mlcore.data.user_samples)",
+            "license": "public domain and CC0",
+        },
     ),
 )
 

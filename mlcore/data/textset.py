@@ -1,10 +1,11 @@
 """A text dataset on disk, read the same way whether built in or uploaded, with fixed splits.
 
-A dataset is a directory of ``*.jsonl`` files (one JSON object a line with a ``"text"`` field,
-optionally ``"name"``) and ``*.txt`` files (one document each), or one such file. An upload is read
-by its structure, not its name (:func:`mlcore.sniff.text_shape`): JSON Lines as records, a table
-(CSV, TSV) with a ``text`` column as one document per row, any other text (a table without a
-``text`` column included) as one document. Documents are cut
+A dataset is one text file or a directory of them (a built-in corpus, a library item, an unpacked
+upload). Every file is read by its structure, not its name (:func:`mlcore.sniff.text_shape`): JSON
+Lines as records (a ``"text"`` field, optionally ``"name"``), a table (CSV, TSV) with a ``text``
+column as one document per row, any other text (a table without a ``text`` column included) as one
+document. In a directory, ``card.json`` (the item's description) and hidden files are skipped, so
+a folder reads as its files would one by one. Documents are cut
 into blocks of :data:`BLOCK_CHARS` characters, and each block goes to ``train`` (90%),
 ``calibration`` (5%) or ``test`` (5%) by a hash of the document name and block number: the split
 never depends on file order, machine or seed, and a block keeps its text contiguous.
@@ -40,6 +41,8 @@ class TextDataset:
     name: str
     documents: list[tuple[str, str]]
     splits: dict[str, list[str]] = field(default_factory=dict)
+    #: Documents read from each file (its path inside the folder), so a job can say what it read.
+    files: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.splits = {split: [] for split in SPLITS}
@@ -62,6 +65,17 @@ class TextDataset:
     @property
     def characters(self) -> int:
         return sum(len(text) for _, text in self.documents)
+
+    def read_from(self, shown: int = 4) -> str:
+        """ "52 documents (12 from notes.jsonl and 40 from table.csv)": the log shows every file was read."""
+        counts = [f"{count:,} from {name}" for name, count in self.files.items()]
+        if len(counts) > shown + 1:
+            counts = [
+                *counts[:shown],
+                f"{sum(list(self.files.values())[shown:]):,} from {len(counts) - shown} more files",
+            ]
+        listed = counts[0] if len(counts) == 1 else ", ".join(counts[:-1]) + " and " + counts[-1]
+        return f"{len(self.documents):,} documents" + (f" ({listed})" if counts else "")
 
 
 def _read_jsonl(path: Path) -> list[tuple[str, str]]:
@@ -120,7 +134,7 @@ def _read_file(path: Path) -> list[tuple[str, str]]:
     try:
         text = path.read_text(encoding="utf-8-sig").strip()
     except UnicodeDecodeError:
-        raise TextDatasetError(f"{path.name} is not UTF-8 text; upload a .txt or .jsonl file") from None
+        raise TextDatasetError(f"{path.name} is not UTF-8 text; give UTF-8 text, JSONL or CSV") from None
     # An upload keeps its name as given, which may not say JSONL: a first line that parses as a record
     # is one (a later line that does not is then named as the error, not read as prose).
     first = text.split("\n", 1)[0].strip()
@@ -136,23 +150,37 @@ def _read_file(path: Path) -> list[tuple[str, str]]:
     return [(path.name, text)] if text else []
 
 
+def _is_text(path: Path, root: Path) -> bool:
+    """Whether a file of a dataset folder is its text: not the item's ``card.json``, nor what systems
+    and archivers leave behind (``.DS_Store``, ``__MACOSX/``, the build cache's ``.complete``)."""
+    parts = path.relative_to(root).parts
+    return path.name != "card.json" and not any(part.startswith((".", "__MACOSX")) for part in parts)
+
+
 def load_text_dataset(path: Path, *, name: str | None = None) -> TextDataset:
-    """Read a built-in corpus directory, an uploaded directory, or one ``.txt``/``.jsonl`` file."""
+    """Read a built-in corpus directory, a library item or unpacked upload, or one text file.
+
+    Every file of a directory is read by its structure, as a single upload is: a CSV export in a
+    library item is its rows, whatever its name, never skipped for its suffix."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in (".jsonl", ".txt", ".json"))
-        files = [p for p in files if p.name != "card.json"]
+        files = sorted(p for p in path.rglob("*") if p.is_file() and _is_text(p, path))
         if not files:
-            raise TextDatasetError(f"{path.name} holds no .txt or .jsonl files; upload text as .txt or JSONL")
+            raise TextDatasetError(f"{path.name} holds no text files; add UTF-8 text, JSONL or CSV files")
     elif path.is_file():
         files = [path]
     else:
         raise TextDatasetError(f"{path} does not exist")
-    documents = [doc for f in files for doc in _read_file(f)]
+    documents: list[tuple[str, str]] = []
+    counts: dict[str, int] = {}
+    for file in files:
+        read = _read_file(file)
+        counts[file.relative_to(path).as_posix() if path.is_dir() else file.name] = len(read)
+        documents += read
     total = sum(len(text) for _, text in documents)
     if total < MIN_CHARS:
         raise TextDatasetError(f"{path.name} has {total} characters of text; a text dataset needs at least {MIN_CHARS}")
-    return TextDataset(name or path.name, documents)
+    return TextDataset(name or path.name, documents, files=counts)
 
 
 def source_splits(sources: tuple[str, ...], split: str) -> dict[str, list[str]]:

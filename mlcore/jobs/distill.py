@@ -194,9 +194,22 @@ spec = JobSpec(
         "MoE checkpoint folder (config.json, safetensors weights, tokenizer.json; the folder may be the archive's "
         "root or one level down). The text: a library text item, or an uploaded UTF-8 file (plain text; JSONL with "
         'a "text" field per line; CSV or TSV with a text column; a byte-order mark and Windows line ends are fine). '
-        "An upload replaces the model or dataset picked above; the job records only what it used."
+        "An upload replaces the model or dataset picked above; the job records only what it used. "
+        "*Try with a sample* distils zoo:moe-lm-olmoe, an OLMoE checkpoint in the Hugging Face layout, on "
+        "zoo:sample-notes, text in the formats users bring (a JSONL file with a byte-order mark and Windows line "
+        "ends, and a CSV whose quoted text column holds commas)."
     ),
-    sample={"steps": 60, "train_windows": 32, "eval_windows": 16, "eval_every": 20, "seed": 0},
+    # The sample brings its own data: a transformers OLMoE checkpoint as the teacher (not the default Qwen3-MoE)
+    # and text as users export it (JSONL with a byte-order mark and CRLF, a CSV of quoted texts).
+    sample={
+        "model": "zoo:moe-lm-olmoe",
+        "dataset": "zoo:sample-notes",
+        "steps": 60,
+        "train_windows": 32,
+        "eval_windows": 16,
+        "eval_every": 20,
+        "seed": 0,
+    },
     summarize=_summarize,
 )
 
@@ -214,13 +227,15 @@ def _loss_config(p: dict[str, Any]) -> Any:
     return replace(PRESETS[p["loss"]], ab=ab)
 
 
-def _texts(inputs: dict[str, Any]) -> tuple[str, list[str], list[str]]:
+def _texts(inputs: dict[str, Any], ctx: JobContext) -> tuple[str, list[str], list[str]]:
+    """The text's name, its training blocks and its held-out blocks; the log says which files gave how much."""
     from mlcore.data.textset import TextDatasetError, load_text_dataset
 
     try:
         data = load_text_dataset(Path(inputs["text_file"] if "text_file" in inputs else inputs["dataset"]))
     except TextDatasetError as exc:
         raise JobError(f"Text: {exc}.") from None
+    ctx.log(f"text {data.name}: {data.read_from()}")
     return data.name, data.split("train"), data.split("test") + data.split("calibration")
 
 
@@ -297,7 +312,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     context = int(getattr(teacher.config, "max_position_embeddings", params["seq_len"]))
     if params["seq_len"] > context:
         raise JobError(f"Sequence length {params['seq_len']} exceeds the teacher's context ({context}); lower it.")
-    name, train_texts, test_texts = _texts(inputs)
+    name, train_texts, test_texts = _texts(inputs, ctx)
     train = heldout_windows(tokenizer, train_texts, length=params["seq_len"], max_windows=params["train_windows"])
     heldout = heldout_windows(tokenizer, test_texts, length=params["seq_len"], max_windows=params["eval_windows"])
     if len(train) < 1 or len(heldout) < 1:

@@ -207,7 +207,9 @@ spec = JobSpec(
         "into random square crops of the model's size (a fixed seed: the same images give the same crops), shown "
         "in its EXIF orientation; images smaller than the model's size give no crop and are listed in the log. With "
         "8 or more images, every 8th is held out for the evaluation; with fewer, the evaluation uses fresh crops "
-        "of the same images. The log says how many images and crops were used.\n\n"
+        "of the same images. The log says how many images and crops were used. *Try with a sample* trains on "
+        "`zoo:sample-photos`: eight photos as users bring them (JPEG, one a phone portrait with an EXIF "
+        "orientation tag; PNG with alpha and in greyscale; WebP), of different sizes.\n\n"
         "### How to read this\n"
         "**Bit accuracy** (held-out photo latents, fresh random keys never trained on) should leave 0.5 during the "
         "key-only warm-up and climb towards 1; **PSNR/SSIM** compare the watermarked decoder's output with the frozen "
@@ -221,7 +223,15 @@ spec = JobSpec(
         "on SD-1.5. **Our benchmark** (`make bench-watermark`) measured the zoo's 32×32 model; see "
         "bench/results/watermark.md for what reproduced and what did not."
     ),
-    sample={"generator": "zoo:molm-tiny", "steps": 40, "batch_size": 8, "seed": 0},
+    # The sample trains on photos as users bring them (JPEG with EXIF orientation, RGBA and grey PNG, WebP).
+    sample={
+        "generator": "zoo:molm-tiny",
+        "image_source": "mine",
+        "image_set": "zoo:sample-photos",
+        "steps": 40,
+        "batch_size": 8,
+        "seed": 0,
+    },
     summarize=_summarize,
 )
 
@@ -365,7 +375,7 @@ def _crops_line(crops: CropSource) -> str:
     parts = []
     if crops.images:
         held = (
-            f"{len(crops.held_out)} held-out images"
+            f"{len(crops.held_out)} held-out image{'s' if len(crops.held_out) != 1 else ''}"
             if crops.holds_out_images
             else "fresh crops of the same images (fewer than 8: none held out)"
         )

@@ -1,4 +1,8 @@
-"""``video-train``: train (or fine-tune) a class-conditional video DiT on bouncing digits.
+"""``video-train``: train (or fine-tune) a class-conditional video DiT on the user's clips or built-in digits.
+
+The clips are the user's own (an upload or a ``video-clips`` library dataset, classes from folder
+names: :mod:`mlcore.jobs.video_train.user_clips`) or, without any, the built-in bouncing digits
+(digit × direction).
 
 Choose the attention pattern (full / MoGA + local / local) and the FFN (dense / DiT-MoE top-2 /
 ProMoE, or the routers ProMoE is compared with: EC-DiT's expert choice and Race-DiT's global top-k).
@@ -131,8 +135,9 @@ spec = JobSpec(
         Metric(key="parameters", label="Parameters", description="Parameters of the whole model."),
     ),
     comparison=Comparison.none("Trains one model; the video benchmark compares attention patterns."),
-    title="Train a video DiT (MoGA attention, MoE / ProMoE FFN)",
-    summary="Train a small class-conditional video DiT on bouncing digits with the attention and FFN you pick.",
+    title="Train a video DiT on your clips (MoGA attention, MoE / ProMoE FFN)",
+    summary="Train a small class-conditional video DiT on your own clips, or on built-in bouncing digits, with "
+    "the attention and FFN you pick.",
     version=3,
     queue="gpu",
     soft_time_limit=6 * 3600,
@@ -228,6 +233,10 @@ spec = JobSpec(
     validate=_validate,
     estimate=_estimate,
     guide="""
+**What it trains on.** Your own clips (below), or, without any, the built-in bouncing digits (greyscale,
+each conditioned on its digit and direction). *Try with a sample* trains on `zoo:moving-shapes`: eight
+labelled clips as users bring them (MP4, WebM, GIF and folders of PNG frames in class folders).
+
 **Your own clips.** Upload one video, cut into consecutive unlabelled clips of *frames* × *stride* frames
 (at least two, or it is refused: then upload a zip of several clips), or a zip or tar (*clips*) or pick a
 `video-clips` dataset (*clip_set*) of two or more clips: MP4 / MOV / WebM / MKV / GIF files (recognised
@@ -242,11 +251,13 @@ shorter than frames × stride, a mix of labelled and loose clips.
 
 **Curves.** `rf_loss` is the rectified-flow training loss (velocity MSE on fresh clips);
 `aux_loss` the router losses (MoGA group balance, DiT-MoE Switch balance, ProMoE routing
-contrastive). `heldout_rf_loss` is the loss on held-out glyphs at a fixed grid of noise levels
-t ∈ {0.1, 0.3, 0.5, 0.7, 0.9} with shared noise: the most sensitive way to compare two runs.
+contrastive). `heldout_rf_loss` is the loss on held-out clips (yours, or digit glyphs never trained on)
+at a fixed grid of noise levels t ∈ {0.1, 0.3, 0.5, 0.7, 0.9} with shared noise: the most sensitive way
+to compare two runs.
 
-**Samples.** Every `sample_every` steps a frame strip (one row per class: digits 0–9 with
-directions cycling) and a GIF show what the model generates with guidance 3.
+**Samples.** Every `sample_every` steps a frame strip (one row per class: each of your classes, a few
+rows for unlabelled clips, or digits 0–9 with directions cycling) and a GIF show what the model
+generates with guidance 3.
 
 **Routing.** With MoGA, `group_sizes` shows tokens per group (Σ nᵢ²/N² is the real FLOP
 fraction); with an MoE FFN, `expert_usage` shows tokens per expert per layer (ProMoE's
@@ -258,8 +269,10 @@ and the rest by cosine similarity to prototypes, trained with a routing contrast
 claims better FID than dense DiTs and DiT-MoE at equal activated compute. Our toy-scale results
 are in `bench/results/video.md`.
 
-A good run: `rf_loss` falling below ~0.3 and digits readable in the strip after a few thousand
-steps; direction is usually learnt before the digit's identity.
+A good run on the digits: `rf_loss` falling below ~0.3 and digits readable in the strip after a few
+thousand steps; direction is usually learnt before the digit's identity. On your clips, compare
+`heldout_rf_loss` with `rf_loss` (a widening gap is overfitting) and, with labels, `class_accuracy`
+with `judge_heldout_accuracy`.
 """.strip(),
     # The sample runs the user-data path: the built-in moving shapes stand in for a user's clips.
     sample={

@@ -73,3 +73,44 @@ def test_pack_windows_cuts_the_joined_stream_into_full_windows():
     assert windows.tolist() == [[97, 98, 99], [0, 100, 101]]
     with pytest.raises(ValueError, match="fewer than 8 tokens"):
         pack_windows(["ab"], lambda t: [1, 2], eos_id=0, length=8)
+
+
+def test_a_text_folder_reads_the_rows_of_a_csv_in_it(tmp_path):
+    (tmp_path / "notes.jsonl").write_text(json.dumps({"text": "a note, " * 40}) + "\n")
+    (tmp_path / "table.csv").write_text('id,text\n1,"first row, with a comma"\n2,"second row, also"\n')
+    data = load_text_dataset(tmp_path)
+    assert data.files == {"notes.jsonl": 1, "table.csv": 2}
+    assert [text for _, text in data.documents][1:] == ["first row, with a comma", "second row, also"]
+    assert data.read_from() == "3 documents (1 from notes.jsonl and 2 from table.csv)"
+
+
+def test_a_text_folder_reads_files_by_structure_whatever_their_suffix(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "export.tsv").write_text("name\ttext\nfirst\t" + "tab separated " * 20 + "\n")
+    (tmp_path / "README.md").write_text("# Notes\n\nProse in a markdown file. " * 10)
+    data = load_text_dataset(tmp_path)
+    assert data.files == {"README.md": 1, "sub/export.tsv": 1}
+    assert [name for name, _ in data.documents] == ["README.md", "first"]
+
+
+def test_a_text_folder_skips_its_card_and_hidden_files(tmp_path):
+    (tmp_path / "a.txt").write_text("alpha " * 100)
+    (tmp_path / "card.json").write_text(json.dumps({"records": 1}))
+    (tmp_path / ".complete").write_text("1")
+    (tmp_path / ".DS_Store").write_bytes(b"\x00\x01binary")
+    (tmp_path / "__MACOSX").mkdir()
+    (tmp_path / "__MACOSX" / "._a.txt").write_bytes(b"\x00\x05\x16\x07")
+    assert load_text_dataset(tmp_path).files == {"a.txt": 1}
+
+
+def test_a_text_folder_with_a_binary_file_is_refused_by_the_files_name(tmp_path):
+    (tmp_path / "a.txt").write_text("alpha " * 100)
+    (tmp_path / "photo.jpg").write_bytes(b"\xff\xd8\xff\xe0" + bytes(range(256)) * 4)
+    with pytest.raises(TextDatasetError, match=r"photo\.jpg is not UTF-8 text"):
+        load_text_dataset(tmp_path)
+
+
+def test_a_folder_without_text_files_says_what_to_add(tmp_path):
+    (tmp_path / "card.json").write_text("{}")
+    with pytest.raises(TextDatasetError, match="holds no text files; add UTF-8 text, JSONL or CSV"):
+        load_text_dataset(tmp_path)
