@@ -27,3 +27,5 @@ BENCHMARKS: dict[str, str] = {
 #: importing them) and a migrated database of their own, PostgreSQL and Redis, which
 #: ``scripts/bench.sh`` provides; so ``make bench`` runs them only by name (``make bench-platform``).
 DJANGO_BENCHMARKS: dict[str, str] = {"platform": "bench.platform"}
+#: Studies too large for ``make bench``'s 30 minutes, run only by name (``make bench-scale FULL=1``).
+ON_DEMAND: dict[str, str] = {"scale": "bench.scale"}

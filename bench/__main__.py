@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench import BENCHMARKS, DJANGO_BENCHMARKS
+from bench import BENCHMARKS, DJANGO_BENCHMARKS, ON_DEMAND
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -24,7 +24,7 @@ def main() -> int:
     if args.list or not args.name:
         print("\n".join(BENCHMARKS))
         return 0
-    known = BENCHMARKS | DJANGO_BENCHMARKS
+    known = BENCHMARKS | DJANGO_BENCHMARKS | ON_DEMAND
     if args.name not in known:
         print(f"unknown benchmark {args.name!r}; known: {', '.join(known)}", file=sys.stderr)
         return 2

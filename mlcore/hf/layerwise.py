@@ -116,13 +116,48 @@ def layer_by_layer(
     layers = _decoder_layers(model)
     _load_outside_layers(model, shards, device)
     apply_sidecar(adapt(model), path)
+    stream = LayerStream(shards, layers, device)
     with ExitStack() as stack:
         for index, layer in enumerate(layers):
-            prefix = f"model.layers.{index}."
-            load = _materialise(shards, prefix, device)
-            stack.callback(layer.register_forward_pre_hook(load).remove)
-            stack.callback(layer.register_forward_hook(_release).remove)
+            stack.callback(layer.register_forward_pre_hook(lambda m, a, i=index: stream.load(i)).remove)
+            stack.callback(layer.register_forward_hook(lambda m, a, o, i=index: stream.release(i)).remove)
+        model.moelab_stream = stream
+        stack.callback(delattr, model, "moelab_stream")
         yield model
+
+
+class LayerStream:
+    """The decoder layers of a streamed model and where their tensors live. A layer is read when a
+    forward reaches it and goes back to the meta device after it, unless it is held (``hold``):
+    the sequential pass (:mod:`mlcore.hf.sequential`) holds one layer while every batch goes through it."""
+
+    def __init__(self, shards: ShardIndex, layers: nn.ModuleList, device: str | torch.device) -> None:
+        self.shards, self.layers, self.device = shards, layers, device
+        self.held: set[int] = set()
+
+    def load(self, index: int) -> None:
+        layer = self.layers[index]
+        if not any(p.is_meta for p in layer.parameters()):
+            return
+        prefix = f"model.layers.{index}."
+        names = self.shards.names(lambda name: name.startswith(prefix))
+        state = fused_layer_state({name[len(prefix) :]: t for name, t in self.shards.read(names).items()})
+        _assign(layer, state, self.device, strict=True)
+
+    def release(self, index: int) -> None:
+        if index not in self.held:
+            self.layers[index].to("meta")
+
+    @contextmanager
+    def hold(self, index: int) -> Iterator[nn.Module]:
+        """Layer ``index`` in memory for the whole block, then released."""
+        self.load(index)
+        self.held.add(index)
+        try:
+            yield self.layers[index]
+        finally:
+            self.held.discard(index)
+            self.release(index)
 
 
 def _renamer(model: nn.Module) -> Callable[[str], str]:
@@ -167,16 +202,3 @@ def _assign(module: nn.Module, state: dict[str, Tensor], device: str | torch.dev
     # Keep each tensor's dtype as the model declares it (fp32 routers stay fp32 in a bf16 model).
     cast = {name: tensor.to(device=device, dtype=expected[name].dtype) for name, tensor in state.items()}
     module.load_state_dict(cast, strict=strict, assign=True)
-
-
-def _materialise(shards: ShardIndex, prefix: str, device: str | torch.device) -> Callable[..., None]:
-    def hook(layer: nn.Module, args: Any) -> None:
-        names = shards.names(lambda name: name.startswith(prefix))
-        state = fused_layer_state({name[len(prefix) :]: t for name, t in shards.read(names).items()})
-        _assign(layer, state, device, strict=True)
-
-    return hook
-
-
-def _release(layer: nn.Module, args: Any, output: Any) -> None:
-    layer.to("meta")

@@ -125,14 +125,23 @@ def load_model(
 
     config = checked_config(path, need_tokenizer=need_tokenizer)
     dtype = load_dtype(path, dtype)
-    model = AutoModelForCausalLM.from_pretrained(
+    model, info = AutoModelForCausalLM.from_pretrained(
         path,
         config=config,
         dtype=dtype,
         use_safetensors=True,
         trust_remote_code=False,
         local_files_only=True,
+        output_loading_info=True,
     )
+    # transformers fills a tensor the files lack with fresh random values and only warns: the model
+    # would compute something no one trained.
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        raise HFModelError(
+            f"The checkpoint lacks {len(missing)} tensor(s) its config.json needs ({', '.join(missing[:3])}); "
+            "it is incomplete or belongs to another configuration. Re-save the whole model with save_pretrained."
+        )
     model.to(device).eval()
     apply_sidecar(adapt(model), path)
     return model

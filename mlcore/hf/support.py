@@ -64,6 +64,10 @@ GAPS: dict[str, dict[str, str]] = {
             "sarvam_moe",
         )
     },
+    **{
+        family: {"layer_by_layer_load": "a layer hands the next one more than hidden states (the indexer's top-k)"}
+        for family in ("glm_moe_dsa", "hy_v4")
+    },
     "ernie4_5_moe": {"remove_experts": "a sliced checkpoint does not reload in stock transformers (size mismatch)"},
     "gemma4_text": {"remove_experts": "a sliced checkpoint does not reload in stock transformers (size mismatch)"},
     "inkling2_text": {"replace_with_novices": "the forward with novices fails (negative dimension)"},

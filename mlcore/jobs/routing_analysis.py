@@ -14,7 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlcore.hf.memory import LOAD_MODES
 from mlcore.jobs import (
+    Choice,
     Comparison,
     Dataset,
     File,
@@ -125,6 +127,13 @@ spec = JobSpec(
         ),
         Int(name="samples", default=64, min=1, max=8192, help="Evaluation sequences to record."),
         Int(name="seq_len", default=128, min=8, max=8192, help="Tokens per sequence (at most the model's context)."),
+        Choice(
+            name="load",
+            default="auto",
+            options=LOAD_MODES,
+            help="whole: the model in memory; layer-by-layer: one decoder layer at a time, each read once for "
+            "every sequence (for models larger than the worker's memory); auto: whole when it fits.",
+        ),
         Numbers(
             name="windows",
             default=[4, 16, 64, 256],
@@ -164,9 +173,12 @@ spec = JobSpec(
         'text item or an uploaded UTF-8 file (plain text; JSONL with a "text" field per line; CSV/TSV with a '
         "text column; a byte-order mark and Windows line ends are fine), of which the test split (1 block in 20) "
         "is read; or a routing trace recorded elsewhere (a MoE Lab .safetensors trace, uploaded or from the "
-        "library), analysed as it is. One source of routing per job: a model and a trace together are refused."
+        "library), analysed as it is. One source of routing per job: a model and a trace together are refused. "
+        "*Try with a sample* records zoo:moe-lm-tiny on zoo:sample-notes, text in the formats users bring: a JSONL "
+        "file with a byte-order mark and Windows line ends, and a CSV whose quoted text column holds commas."
     ),
-    sample={"model": "zoo:moe-lm-tiny", "dataset": "zoo:shakespeare", "samples": 32, "resamples": 200, "seed": 0},
+    # The sample reads text as users bring it: a JSONL file (byte-order mark, CRLF) and a CSV of quoted texts.
+    sample={"model": "zoo:moe-lm-tiny", "dataset": "zoo:sample-notes", "samples": 32, "resamples": 200, "seed": 0},
     summarize=_summarize,
 )
 
@@ -197,14 +209,16 @@ def _record_trace(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContex
 
     from mlcore.data.packing import pack_windows
     from mlcore.data.textset import TextDatasetError, load_text_dataset
-    from mlcore.hf import adapt, load_model
-    from mlcore.moe.traces import TraceMetadata, record_routing
+    from mlcore.hf import adapt, layer_by_layer, load_model
+    from mlcore.hf.architectures import HFModelError
+    from mlcore.hf.loading import checked_config
+    from mlcore.hf.memory import plan_load
+    from mlcore.hf.sequential import run_sequentially
+    from mlcore.moe.traces import record_routing
 
     folder = Path(inputs["model"])
-    model = load_model(folder, device=ctx.device)
-    model.eval()
-    adapter = adapt(model)
-    context = int(getattr(model.config, "max_position_embeddings", params["seq_len"]))
+    config = checked_config(folder)
+    context = int(getattr(config, "max_position_embeddings", params["seq_len"]))
     if params["seq_len"] > context:
         raise JobError(f"Sequence length {params['seq_len']} exceeds the model's context of {context} tokens.")
     if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
@@ -221,20 +235,53 @@ def _record_trace(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContex
         )
     except (TextDatasetError, ValueError) as exc:
         raise JobError(f"Evaluation text: {exc}.") from None
+    ctx.log(f"evaluation text {data.name}: {data.read_from()}")
     if len(windows) < params["samples"]:
         ctx.log(f"the text yields {len(windows)} sequences of {params['seq_len']} tokens, fewer than asked")
     batch = max(1, 8192 // params["seq_len"])
-    with torch.no_grad(), record_routing(model) as recorder:
-        for start in range(0, len(windows), batch):
-            ctx.raise_if_cancelled()
-            ids = windows[start : start + batch].to(ctx.device)
-            mask = torch.ones_like(ids)
-            with recorder.batch(mask):
-                model(input_ids=ids, attention_mask=mask)
-            ctx.progress(
-                0.3 * (start + len(ids)) / len(windows), f"recording routing {start + len(ids)}/{len(windows)}"
+    try:
+        mode, needs = plan_load(
+            folder, params["load"], device=ctx.device, tokens=windows.numel(), batch_tokens=batch * params["seq_len"]
+        )
+    except HFModelError as exc:
+        raise JobError(str(exc)) from None
+    ctx.log(
+        f"loading {mode}: about {needs.whole / 2**20:,.0f} MB whole, {needs.layer_by_layer / 2**20:,.0f} MB layer by "
+        "layer (weights, carried activations and one batch)"
+    )
+    recording = ctx.span(0.0, 0.3, "recording routing")
+    if mode == "whole":
+        model = load_model(folder, device=ctx.device)
+        model.eval()
+        with torch.no_grad(), record_routing(model) as recorder:
+            for start in range(0, len(windows), batch):
+                ids = windows[start : start + batch].to(ctx.device)
+                mask = torch.ones_like(ids)
+                with recorder.batch(mask):
+                    model(input_ids=ids, attention_mask=mask)
+                recording.count(start + len(ids), len(windows), "sequence")
+        return _finish(params, data.name, recorder, adapt(model))
+    batches = [windows[start : start + batch] for start in range(0, len(windows), batch)]
+    try:
+        with layer_by_layer(folder, device=ctx.device) as model, record_routing(model) as recorder:
+            run_sequentially(
+                model,
+                batches,
+                on_layer=lambda done, total: recording.count(done, total, "decoder layer"),
+                spill_dir=ctx.workdir,
             )
-    trace = recorder.to_trace(TraceMetadata(model=str(params["model"]), source=f"{data.name} (test split)"))
+            recorder.close_sequences([params["seq_len"]] * len(windows))
+            return _finish(params, data.name, recorder, adapt(model))
+    except HFModelError as exc:
+        raise JobError(str(exc)) from None
+
+
+def _finish(params: dict[str, Any], source: str, recorder: Any, adapter: Any) -> tuple[Any, list[int]]:
+    """The recorded trace and the bytes of one expert per MoE layer (shapes suffice: a streamed
+    model's experts are on the meta device)."""
+    from mlcore.moe.traces import TraceMetadata
+
+    trace = recorder.to_trace(TraceMetadata(model=str(params["model"]), source=f"{source} (test split)"))
     expert_bytes = [
         sum(p.numel() * p.element_size() for p in info.experts.parameters()) // info.num_experts
         for info in adapter.layers

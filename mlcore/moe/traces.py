@@ -377,6 +377,12 @@ class RoutingRecorder(TokenMask):
             raise ValueError("mark_sequence_end() with no tokens recorded since the last boundary")
         self._boundaries.append(total)
 
+    def close_sequences(self, lengths: list[int]) -> None:
+        """Close sequences of these lengths over the tokens recorded since the last boundary: for a
+        pass that records every batch layer by layer (``mlcore.hf.sequential``), where the batches'
+        ends are known only when every layer has run."""
+        self._batch_done(lengths)
+
     def _batch_done(self, lengths: list[int]) -> None:
         start = self._boundaries[-1] if self._boundaries else 0
         for length in lengths:

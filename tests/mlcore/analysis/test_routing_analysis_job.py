@@ -2,8 +2,10 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from mlcore.analysis.routing import LayerRouting, synthetic
+from mlcore.hf import HFModelError
 from mlcore.jobs import InMemoryContext
 from mlcore.jobs.references import LocalResolver
 from mlcore.jobs.registry import get_kind
@@ -148,3 +150,46 @@ def test_the_method_card_s_default_of_2048_sequences_of_512_tokens_is_the_larges
     assert spec.clean({"samples": 2048, "seq_len": 512})["samples"] == 2048
     with pytest.raises(ValidationError, match="may not exceed 1,048,576 tokens"):
         spec.clean({"samples": 2049, "seq_len": 512})
+
+
+def test_recording_layer_by_layer_gives_the_same_trace_and_report_as_recording_whole():
+    traces = {}
+    for load in ("whole", "layer-by-layer"):
+        outcome, ctx = run({"model": "zoo:moe-lm-tiny", "dataset": "zoo:stdlib-docs", "load": load})
+        assert outcome.status == "succeeded", outcome.traceback
+        assert any(line.startswith(f"loading {load}:") for line in ctx.lines)
+        traces[load] = (RoutingTrace.load(ctx.artifacts["routing_trace.safetensors"].path), ctx.metrics.scalars)
+    (whole, whole_scalars), (streamed, streamed_scalars) = traces["whole"], traces["layer-by-layer"]
+    assert torch.equal(whole.sequence_lengths, streamed.sequence_lengths)
+    assert all(torch.equal(a, b) for a, b in zip(whole.expert_ids, streamed.expert_ids, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(whole.gate_weights, streamed.gate_weights, strict=True))
+    assert streamed_scalars["srp_L4"] == whole_scalars["srp_L4"]
+    assert streamed_scalars["transfer_bytes_per_token"] == whole_scalars["transfer_bytes_per_token"]
+
+
+def test_a_model_too_large_for_the_worker_is_refused_with_what_each_mode_needs():
+    from mlcore.hf.memory import plan_load
+
+    folder = zoo_model("moe-lm-tiny")
+    between = needs_between(folder)
+    with pytest.raises(HFModelError, match=r"whole and this worker has .*; layer by layer it needs"):
+        plan_load(folder, "whole", device="cpu", tokens=64, batch_tokens=64, available=between)
+    mode, needs = plan_load(folder, "auto", device="cpu", tokens=64, batch_tokens=64, available=between)
+    assert mode == "layer-by-layer" and needs.layer_by_layer < needs.whole
+    with pytest.raises(HFModelError, match="Even layer by layer"):
+        plan_load(folder, "layer-by-layer", device="cpu", tokens=64, batch_tokens=64, available=1 << 10)
+
+
+def zoo_model(name):
+    from mlcore.catalog import materialize
+    from mlcore.jobs.references import builtin_items
+
+    return materialize(builtin_items()[name])
+
+
+def needs_between(folder):
+    """Free memory that holds the model layer by layer but not whole."""
+    from mlcore.hf.memory import USABLE_SHARE, plan_load
+
+    _, needs = plan_load(folder, "auto", device="cpu", tokens=64, batch_tokens=64, available=1 << 40)
+    return int((needs.layer_by_layer + needs.whole) / 2 / USABLE_SHARE)

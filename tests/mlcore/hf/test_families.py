@@ -3,8 +3,8 @@
 One model per family (hidden 32, 8 experts, top-2, 3 layers), checked against its own stock forward:
 hooks leave logits bit-identical, Σ gate × captured expert output is what the experts module
 returned, removal reloads in stock transformers with the same logits, novices and masks survive a
-save, and a layer-by-layer pass routes like the full model. Families refused for a structural
-reason must be refused with exactly that reason.
+save, and a layer-by-layer pass (per forward and sequential) routes like the full model. Families
+refused for a structural reason must be refused with exactly that reason.
 """
 
 from pathlib import Path
@@ -18,6 +18,7 @@ from mlcore.hf import HFModelError, adapt, layer_by_layer, load_model
 from mlcore.hf.discovery import StructuralRefusal
 from mlcore.hf.families import MOE_FAMILIES, tiny_family_config
 from mlcore.hf.matrix import describe
+from mlcore.hf.sequential import run_sequentially
 from mlcore.hf.support import GAPS, REFUSED, family_row
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "hf-support.md"
@@ -175,3 +176,11 @@ def test_every_adapter_operation_works_on_the_family(model_type: str, tmp_path: 
         assert torch.equal(streamed_routing[layer][0], expert_ids)
         torch.testing.assert_close(streamed_routing[layer][1], gates)
     torch.testing.assert_close(streamed_logits, run(model, ids), rtol=0, atol=1e-5)
+
+    # The sequential pass (every batch through layer i before layer i + 1 is read): the same logits.
+    batches = [ids, token_ids(seed=2)]
+    logits: dict[int, Tensor] = {}
+    with layer_by_layer(novice_dir) as streamed:
+        run_sequentially(streamed, batches, on_output=lambda b, out: logits.__setitem__(b, out.logits))
+    for b, batch in enumerate(batches):
+        torch.testing.assert_close(logits[b], run(model, batch), rtol=0, atol=1e-5)

@@ -77,3 +77,13 @@ def test_it_refuses_a_sidecar_written_for_another_architecture(saved: Path, tmp_
     (saved / "moelab_experts.safetensors").write_bytes((other / "moelab_experts.safetensors").read_bytes())
     with pytest.raises(HFModelError, match="not a MoE Lab expert sidecar for a olmoe model"):
         load_model(saved)
+
+
+def test_it_refuses_a_checkpoint_that_lacks_a_tensor_rather_than_filling_it_with_random_values(saved: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(saved / "model.safetensors")
+    del tensors["model.layers.0.self_attn.q_proj.weight"]
+    save_file(tensors, saved / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(HFModelError, match=r"lacks 1 tensor\(s\) .*model.layers.0.self_attn.q_proj.weight"):
+        load_model(saved)

@@ -1,0 +1,146 @@
+"""What running a checkpoint costs in memory, whole or layer by layer, read from its safetensors
+headers before any weight is: the choice between the two, and the refusal when neither fits.
+
+Whole, the model holds every tensor (in the dtype it is loaded in: float16 is read as float32,
+see :func:`mlcore.hf.loading.load_dtype`). Layer by layer (:mod:`mlcore.hf.sequential`), it holds
+what lies outside the decoder layers (embeddings, head), the largest decoder layer, and the
+carried activations of every window. Both need working memory for one batch on top.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlcore.hf.architectures import HFModelError
+
+LOAD_MODES = ("auto", "whole", "layer-by-layer")
+#: Of the memory free when a job starts, the share a plan may take (the rest: the worker, the OS,
+#: allocator slack).
+USABLE_SHARE = 0.8
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_BYTES = {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "BF16": 2, "F16": 2, "I16": 2, "U8": 1, "I8": 1, "BOOL": 1}
+
+
+@dataclass(frozen=True)
+class MemoryNeeds:
+    """Bytes a run needs in each mode (see the module docstring)."""
+
+    whole: int
+    layer_by_layer: int
+    #: The weights outside the decoder layers and the largest decoder layer, for the log.
+    outside: int
+    largest_layer: int
+
+
+def memory_needs(path: Path, *, load_bytes: int, activations: int, working: int) -> MemoryNeeds:
+    """The needs of the checkpoint at ``path`` loaded at ``load_bytes`` per element, carrying
+    ``activations`` bytes between layers and ``working`` bytes for one batch."""
+    from mlcore.hf.loading import weight_files
+    from mlcore.uploads import safetensors_header
+
+    per_layer: dict[int, int] = defaultdict(int)
+    outside = 0
+    for file in weight_files(path):
+        for name, entry in safetensors_header(file).items():
+            if name == "__metadata__" or not isinstance(entry, dict):
+                continue
+            numel = 1
+            for size in entry.get("shape", []):
+                numel *= int(size)
+            # Integer and boolean tensors keep their size; floating weights take the load dtype's.
+            stored = _BYTES.get(str(entry.get("dtype")), 4)
+            nbytes = numel * (load_bytes if str(entry.get("dtype")).startswith(("F", "BF")) else stored)
+            match = _LAYER.search(name)
+            if match is None:
+                outside += nbytes
+            else:
+                per_layer[int(match[1])] += nbytes
+    largest = max(per_layer.values(), default=0)
+    return MemoryNeeds(
+        whole=outside + sum(per_layer.values()) + working,
+        layer_by_layer=outside + largest + activations + working,
+        outside=outside,
+        largest_layer=largest,
+    )
+
+
+def available_bytes(device: Any = "cpu") -> int:
+    """Memory free now on ``device``: the GPU's free memory, or the machine's available RAM."""
+    import torch
+
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def choose_load(mode: str, needs: MemoryNeeds, available: int, *, streamable: bool) -> str:
+    """``"whole"`` or ``"layer-by-layer"`` for the requested ``mode`` (one of :data:`LOAD_MODES`),
+    or an :class:`HFModelError` that says what each mode needs and what to do."""
+    usable = int(available * USABLE_SHARE)
+    if mode not in LOAD_MODES:
+        raise HFModelError(f"Unknown load mode {mode!r}; choose one of {', '.join(LOAD_MODES)}.")
+    if mode == "whole" or (mode == "auto" and (needs.whole <= usable or not streamable)):
+        if needs.whole <= usable:
+            return "whole"
+        streaming = (
+            f"; layer by layer it needs {_gb(needs.layer_by_layer)} (choose load 'layer-by-layer')"
+            if streamable and needs.layer_by_layer <= usable
+            else ""
+        )
+        raise HFModelError(
+            f"The model needs about {_gb(needs.whole)} of memory whole and this worker has {_gb(usable)} to give"
+            f"{streaming}; use a worker with more memory, or fewer or shorter sequences."
+        )
+    if not streamable:
+        raise HFModelError(
+            "This model family cannot run layer by layer (see docs/hf-support.md, layer_by_layer_load); "
+            "choose load 'whole' on a worker with enough memory for the full checkpoint."
+        )
+    if needs.layer_by_layer <= usable:
+        return "layer-by-layer"
+    raise HFModelError(
+        f"Even layer by layer the model needs about {_gb(needs.layer_by_layer)} (embeddings and head "
+        f"{_gb(needs.outside)}, the largest layer {_gb(needs.largest_layer)}, the rest activations) and this "
+        f"worker has {_gb(usable)} to give; use fewer or shorter sequences, or a worker with more memory."
+    )
+
+
+def _gb(n: int) -> str:
+    return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{n / 2**20:.0f} MB"
+
+
+def plan_load(
+    path: Path, mode: str, *, device: Any, tokens: int, batch_tokens: int, available: int | None = None
+) -> tuple[str, MemoryNeeds]:
+    """The load mode for running ``tokens`` tokens (``batch_tokens`` at a time) through the
+    checkpoint at ``path`` on ``device``, and what it needs; refuses as :func:`choose_load` does.
+
+    Carried activations are one hidden vector per token in the load dtype; a batch's working
+    memory is taken as 24 hidden vectors per token in float32 (attention, the experts' gate/up
+    outputs for top-k, logits of the last position), a bound that holds for the families tested."""
+    import json
+
+    from mlcore.hf.checkpoint import base_model_type
+    from mlcore.hf.loading import load_dtype
+    from mlcore.hf.support import GAPS
+
+    raw = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    text = raw.get("text_config") or {}
+    hidden = int(raw.get("hidden_size") or text.get("hidden_size") or 0)
+    element = load_dtype(path).itemsize
+    needs = memory_needs(
+        path,
+        load_bytes=element,
+        activations=tokens * hidden * element,
+        working=batch_tokens * hidden * 4 * 24,
+    )
+    streamable = "layer_by_layer_load" not in GAPS.get(base_model_type(raw), {})
+    free = available_bytes(device) if available is None else available
+    return choose_load(mode, needs, free, streamable=streamable), needs
