@@ -11,13 +11,19 @@ input colours kept), a labelled LAS / LAZ for a LAS / LAZ input (the input's eve
 offsets and VLRs, ASPRS classification set), a downsampled preview PLY for the 3D viewer, a PNG
 thumbnail with a legend, per-class point counts (fine and coarse), expert usage per predicted
 class (MoE segmenters) and timings.
+
+A segmenter ``pointcloud-train`` taught on the user's own scans predicts the user's classes
+(:mod:`mlcore.pointcloud.segmenter_classes` reads them): every output names them, the LAS gets the
+ids the user's files gave them, the grid is the voxel it was trained at and ``attributes=auto``
+gives it what its training scans held. The coarse taxonomy and the ASPRS codes are defined on the
+SynMix classes, so they are left out, and SynMix grids or classes it never learnt are refused.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +45,7 @@ from mlcore.jobs import (
 )
 from mlcore.pointcloud.io.formats import CLOUD_SUFFIXES
 from mlcore.pointcloud.labels import COARSE, COARSE_OF, LABELS, scene_labels
+from mlcore.pointcloud.segmenter_classes import USER_ATTRIBUTES, SegmenterClasses
 
 #: The ``attributes`` choices: which of the file's attributes reach the model.
 ATTRIBUTE_CHOICES = ("auto", "xyz-only", "colour", "intensity", "colour+intensity")
@@ -129,7 +136,8 @@ spec = JobSpec(
             name="model",
             accepts=("pointcloud-segmenter",),
             default="zoo:pointmoe-synmix",
-            help="A point-cloud segmenter (the zoo's Point-MoE or dense twin, or one trained with pointcloud-train).",
+            help="A point-cloud segmenter: the zoo's Point-MoE or dense twin, or one trained with pointcloud-train "
+            "(on SynMix or on your own scans and classes).",
         ),
         File(
             name="cloud",
@@ -156,7 +164,8 @@ spec = JobSpec(
             options=LABELS,
             default=[],
             help="Restrict predictions to these classes (an upload has no dataset identity); empty: the classes "
-            "of the scene kind (indoor: floor … clutter; outdoor: road … pedestrian). Pick classes to allow others.",
+            "of the scene kind (indoor: floor … clutter; outdoor: road … pedestrian), or your own for a segmenter "
+            "trained on them. Pick classes to allow others.",
         ),
         Int(
             name="chunk_points",
@@ -188,7 +197,16 @@ spec = JobSpec(
         "units, z up.\n\n"
         "**Good looks like** floors, walls, roads and buildings labelled cleanly, with small objects "
         "(chairs, poles, pedestrians) the first to go wrong. If a room comes out as a street, set *setting* "
-        "to indoor (the grid size decides the scale the model sees)."
+        "to indoor (the grid size decides the scale the model sees).\n\n"
+        "**A segmenter of your own classes.** One that pointcloud-train taught on your labelled scans predicts "
+        "your classes: the labels, legend, class counts, expert usage and the labelled PLY name them, and a LAS / "
+        "LAZ output gets the ids your training files gave them (named in its classification lookup; the exact "
+        "class also in `moelab_class`). A file that carries labels is compared with them by those ids (a PLY of "
+        "ours: by class name). It segments at the voxel size it was trained at (*setting* auto) and, with "
+        "*attributes* auto, sees what its training scans held. The coarse classes and ASPRS codes belong to the "
+        "SynMix classes and are not used; *classes* and the indoor / outdoor grids apply only to SynMix classes "
+        "it also learnt (trained with mix_synmix). A segmenter whose class list is missing or does not match its "
+        "outputs is refused with what to do."
     ),
     # The sample is a room: restricting to the indoor classes shows the subset option and spares the
     # demo the street classes a 0.5M-parameter model confuses with furniture.
@@ -218,10 +236,10 @@ def _cloud_path(inputs: dict[str, Any]) -> Path:
     raise JobError("Upload a point cloud (cloud) or pick a sample scene (scene), e.g. zoo:synmix-room.")
 
 
-def usage_rows(usage: Any, layer_names: list[str]) -> list[dict[str, Any]]:
-    """Rows (class, layer, expert, fraction) for the classes that got points."""
+def usage_rows(usage: Any, layer_names: list[str], names: Sequence[str] = LABELS) -> list[dict[str, Any]]:
+    """Rows (class, layer, expert, fraction) for the classes (``names``, the model's) that got points."""
     rows = []
-    for k, name in enumerate(LABELS):
+    for k, name in enumerate(names):
         for li, layer in enumerate(layer_names):
             total = int(usage[k, li].sum())
             if total == 0:
@@ -233,10 +251,11 @@ def usage_rows(usage: Any, layer_names: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def chosen_attributes(setting: str, kind: str) -> tuple[str, ...]:
-    """The attributes (``colour``, ``intensity``) the ``attributes`` choice asks for on a scene of ``kind``."""
+def chosen_attributes(setting: str, kind: str, trained: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The attributes (``colour``, ``intensity``) the ``attributes`` choice asks for on a scene of
+    ``kind``; ``auto`` for a segmenter of the user's classes: ``trained``, those its training scans held."""
     if setting == "auto":
-        return AUTO_ATTRIBUTES.get(kind, ())
+        return trained if trained is not None else AUTO_ATTRIBUTES.get(kind, ())
     if setting == "xyz-only":
         return ()
     return tuple(setting.split("+"))
@@ -256,17 +275,95 @@ def coarse_miou(pred: Any, truth: Any) -> tuple[float, dict[str, float]]:
     return (float(np.mean(list(ious.values()))) if ious else 0.0), ious
 
 
+def segmenting_grid(xyz: Any, setting: str, classes: SegmenterClasses) -> tuple[float, str]:
+    """(grid, scene kind) for the ``setting``: a SynMix segmenter's indoor / outdoor grids; one of the
+    user's classes segments at the voxel it was trained at (kind ``yours``), and takes a SynMix grid
+    only when SynMix was mixed into its training."""
+    from mlcore.pointcloud.segment import choose_grid
+
+    if classes.voxel is None:
+        grid = choose_grid(xyz, setting)
+        return grid, "indoor" if grid < 0.07 else "outdoor"
+    if setting == "auto":
+        return classes.voxel, "yours"
+    if not classes.synmix:
+        raise JobError(
+            f"setting: {setting} picks a SynMix grid, but this segmenter was trained on your scans alone at "
+            f"{classes.voxel:g} m; leave setting at auto to segment at that voxel size."
+        )
+    grid = choose_grid(xyz, setting)
+    return grid, setting
+
+
+def allowed_classes(picked: list[str], classes: SegmenterClasses, kind: str) -> tuple[list[int], str]:
+    """The outputs predictions may take, and a log line when they are a default: the picked
+    classes; else a SynMix segmenter's classes of the scene kind, or the user's own classes."""
+    if picked:
+        missing = [name for name in picked if classes.index(name) is None]
+        if missing:
+            raise JobError(
+                f"classes: this segmenter does not know {', '.join(missing)} (its classes: "
+                f"{', '.join(classes.names)}); leave classes empty to use "
+                + ("the scene kind's classes." if not classes.user_trained else "the classes it was trained on.")
+            )
+        return [i for i in (classes.index(name) for name in picked) if i is not None], ""
+    if not classes.user_trained:
+        return (
+            [LABELS.index(c) for c in scene_labels(kind)],
+            f"classes: the {kind} set ({', '.join(scene_labels(kind))}); pick classes to allow others",
+        )
+    return list(classes.own), f"classes: yours ({', '.join(classes.names[i] for i in classes.own)})"
+
+
+def own_truth(cloud: Any, path: Path, classes: SegmenterClasses) -> tuple[Any, str]:
+    """The file's labels as the segmenter's classes (−1: not counted), and how they were matched, for
+    a segmenter of the user's classes: a PLY of ours by its class names, anything else by the ids
+    the user's training files gave the classes. (None, why not) when nothing matches."""
+    import numpy as np
+
+    from mlcore.pointcloud.user_scans import LAS_UNLABELLED, moelab_label_names
+
+    labels = cloud.labels
+    named = moelab_label_names(path) if cloud.format == "ply" else {}
+    if named:
+        table = {code: k for code, name in named.items() if (k := classes.index(name)) is not None}
+        how = "by class name (the file's label comments)"
+    elif classes.codes:
+        table = {code: k for k, code in sorted(classes.codes.items(), reverse=True)}
+        how = "by class id, as your training files numbered the classes"
+    else:
+        return None, (
+            "the file's labels are not compared: this segmenter does not record the ids its training files gave "
+            "its classes (retrain it with pointcloud-train to get them)"
+        )
+    uniq, inverse = np.unique(labels, return_inverse=True)
+    unlabelled = set(LAS_UNLABELLED) if cloud.format in ("las", "laz") else set()
+    unknown = [int(c) for c in uniq if int(c) not in table and int(c) not in unlabelled and c >= 0]
+    mapped = np.array([table.get(int(c), -1) for c in uniq], np.int64)[inverse.reshape(-1)]
+    if not (mapped >= 0).any():
+        return None, (
+            f"the file's labels ({', '.join(str(int(c)) for c in uniq[:10])}) match none of the segmenter's classes "
+            f"{how}; no agreement measured"
+        )
+    shown = ", ".join(str(c) for c in unknown[:10]) + (" …" if len(unknown) > 10 else "")
+    return mapped, f"compared with the file's labels {how}" + (
+        f"; ids {shown} are none of its classes and not counted" if unknown else ""
+    )
+
+
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     import numpy as np
 
+    from mlcore.jobs.pointcloud_train.user_scans import metric_name
     from mlcore.pointcloud.io import read_cloud
     from mlcore.pointcloud.io.cloud import Cloud
     from mlcore.pointcloud.io.ply import write_ply
     from mlcore.pointcloud.labels import ASPRS_COARSE
-    from mlcore.pointcloud.pipeline import SegmenterError, load_segmenter
+    from mlcore.pointcloud.pipeline import load_segmenter
     from mlcore.pointcloud.preview import input_colors, write_preview
     from mlcore.pointcloud.render import palette, render_thumbnail
-    from mlcore.pointcloud.segment import choose_grid, segment_cloud
+    from mlcore.pointcloud.segment import segment_cloud
+    from mlcore.pointcloud.segmenter_classes import SegmenterError, read_classes
 
     if "model" not in inputs:
         raise JobError("Pick a segmenter (e.g. zoo:pointmoe-synmix).")
@@ -279,10 +376,13 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     read_seconds = time.perf_counter() - start
     try:
         model, config = load_segmenter(Path(inputs["model"]))
+        classes = read_classes(config, model.cfg.num_classes)
     except SegmenterError as exc:
         raise JobError(f"Model: {exc}.") from None
-    grid = choose_grid(cloud.xyz, params["setting"])
-    kind = "indoor" if grid < 0.07 else "outdoor"
+    names = classes.names
+    own = classes.user_trained
+    grid, kind = segmenting_grid(cloud.xyz, params["setting"], classes)
+    allowed, default_note = allowed_classes(params["classes"], classes, kind)
     for what, note in cloud.notes:
         ctx.log(f"read {what}: {note}")
     if cloud.offset.any():
@@ -291,7 +391,14 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
             + ", ".join(f"{v:,.3f}" for v in cloud.offset)
             + " m subtracted in double precision before the model; the outputs keep the input coordinates"
         )
-    wanted = chosen_attributes(params["attributes"], kind)
+    if own:
+        ctx.log(
+            f"the segmenter knows your classes ({', '.join(names)}), trained at {classes.voxel:g} m"
+            + (f" with SynMix {', '.join(classes.synmix)}" if classes.synmix else "")
+            + ": coarse classes and ASPRS codes, defined on SynMix's classes, are not used"
+        )
+    trained = (USER_ATTRIBUTES if classes.attributes is None else classes.attributes) if own else None
+    wanted = chosen_attributes(params["attributes"], kind, trained)
     available = {"colour": cloud.rgb is not None, "intensity": cloud.intensity is not None}
     used = tuple(a for a in wanted if available[a])
     missing = [a for a in wanted if not available[a]]
@@ -302,16 +409,14 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         f"attributes used: geometry{''.join(' + ' + a for a in used)}"
         + (f" (the file's {' and '.join(ignored)} not used: attributes={params['attributes']})" if ignored else "")
     )
-    if params["classes"]:
-        classes = [LABELS.index(c) for c in params["classes"]]
-    else:
-        classes = [LABELS.index(c) for c in scene_labels(kind)]
-        ctx.log(f"classes: the {kind} set ({', '.join(scene_labels(kind))}); pick classes to allow others")
+    if default_note:
+        ctx.log(default_note)
+    where = f"grid {grid:g} m (the voxel it was trained at)" if kind == "yours" else f"{kind}, grid {grid:g} m"
     ctx.log(
         f"{path.name}: {len(cloud):,} points"
         + (", colour" if cloud.rgb is not None else "")
         + (", intensity" if cloud.intensity is not None else "")
-        + f"; {params['setting']} → {kind}, grid {grid:g} m; model {config['model']['proj']} projection"
+        + f"; {params['setting']} → {where}; model {config['model']['proj']} projection"
         + (f" ({config['model']['experts']} experts, top-{config['model']['top_k']})" if model.cfg.is_moe else "")
     )
 
@@ -325,12 +430,12 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         cloud.rgb if "colour" in used else None,
         cloud.intensity if "intensity" in used else None,
         grid=grid,
-        classes=classes,
+        classes=allowed,
         chunk_points=params["chunk_points"],
         on_chunk=on_chunk,
     )
     ctx.progress(0.87, "writing the labelled cloud")
-    colours = palette(len(LABELS))
+    colours = palette(len(names))
     full = ctx.workdir / "labelled.ply"
     write_ply(
         full,
@@ -338,7 +443,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         rgb=cloud.rgb,
         labels=result.labels,
         label_colors=colours,
-        label_names=LABELS,
+        label_names=names,
         intensity=cloud.intensity,
         offset=cloud.offset,
         double=True,
@@ -350,19 +455,12 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     ctx.artifact("labelled.ply", full, "application/x-ply" if viewable else "application/octet-stream")
     ctx.register("pointclouds", full, {"name": f"{path.stem} labelled", "points": len(cloud)})
     if cloud.format in ("las", "laz"):
-        from mlcore.pointcloud.io.las_out import write_labelled_las
-
-        las_path, codes = write_labelled_las(path, ctx.workdir / f"labelled.{cloud.format}", result.labels)
-        ctx.artifact(las_path.name, las_path, "application/octet-stream")
-        ctx.log(
-            f"{las_path.name}: the input's fields, scales, offsets and VLRs, with ASPRS classification "
-            + ", ".join(f"{code}: {count:,}" for code, count in sorted(codes.items()))
-        )
+        _write_las(ctx, path, cloud.format, result.labels, classes)
     preview_path = ctx.workdir / "preview.ply"
     shown = write_preview(
         preview_path,
         Cloud(xyz=cloud.xyz, rgb=cloud.rgb, intensity=cloud.intensity, labels=result.labels),
-        label_names=LABELS,
+        label_names=names,
         label_colors=colours,
         budget=params["preview_points"],
         seed=params["seed"],
@@ -371,7 +469,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     ctx.progress(0.93, "rendering the thumbnail")
     thumb_index = np.random.default_rng(params["seed"]).permutation(len(cloud))[:100_000]
     present = np.unique(result.labels)
-    legend = [(LABELS[k], tuple(int(v) for v in colours[k])) for k in present]
+    legend = [(names[k], tuple(int(v) for v in colours[k])) for k in present]
     renderer = render_thumbnail(
         cloud.xyz[thumb_index], colours[result.labels[thumb_index]], ctx.workdir / "thumbnail.png", legend=legend
     )
@@ -380,12 +478,13 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     render_thumbnail(cloud.xyz[thumb_index], input_colors(cloud.subset(thumb_index)), input_thumb)
     ctx.artifact("input.png", input_thumb, "image/png")
 
-    counts = np.bincount(result.labels, minlength=len(LABELS))
+    counts = np.bincount(result.labels, minlength=len(names))
     count_rows = [
-        {"class": name, "coarse class": COARSE_OF[name], "points": int(n)}
-        for name, n in zip(LABELS, counts, strict=True)
+        {"class": name, "points": int(n), **({} if own else {"coarse class": COARSE_OF[name]})}
+        for name, n in zip(names, counts, strict=True)
         if n
     ]
+    coloured = {} if own else {"color": "coarse class", "color_title": "Coarse class"}
     ctx.chart(
         "class_counts",
         bar_chart(
@@ -395,8 +494,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
             y="points",
             x_title="Class",
             y_title="Points",
-            color="coarse class",
-            color_title="Coarse class",
+            **coloured,
         ),
     )
     metrics: dict[str, float] = {
@@ -421,13 +519,16 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
             "the statistics the model's BatchNorm blocks were trained on: a model with LayerNorm blocks does not "
             "overflow."
         )
-    for row in count_rows:
-        metrics[f"count_{row['class']}"] = float(row["points"])
+    taken: set[str] = set()
+    for name, n in zip(names, counts, strict=True):
+        key = metric_name(name, taken, prefix="count_")
+        if n:
+            metrics[key] = float(n)
     if result.usage is not None and result.usage.shape[1]:
         layers = result.usage.shape[1]
         picks = sorted({0, layers - 1})
-        names = [f"MoE layer {i + 1} of {layers}" for i in picks]
-        rows = usage_rows(result.usage[:, picks], names)
+        layer_names = [f"MoE layer {i + 1} of {layers}" for i in picks]
+        rows = usage_rows(result.usage[:, picks], layer_names, names)
         bars = bar_chart(
             "Expert usage per predicted class (top-1 expert)",
             rows,
@@ -441,31 +542,32 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         # Vega-Lite's own cell size (20 px per class, 300 px tall), now explicit: facets cannot fit the page.
         ctx.chart("expert_usage", small_multiples(bars, row="layer", width={"step": 20}, height=300))
         usage_path = ctx.workdir / "expert_usage.json"
-        usage_path.write_text(json.dumps({"labels": list(LABELS), "usage": result.usage.tolist()}))
+        usage_path.write_text(json.dumps({"labels": list(names), "usage": result.usage.tolist()}))
         ctx.artifact("expert_usage.json", usage_path, "application/json")
-    coarse_of_label = np.array([COARSE.index(COARSE_OF[name]) for name in LABELS])
-    pred_coarse = coarse_of_label[result.labels]
-    if cloud.labels is not None and cloud.label_field == "classification":
-        # LAS classification holds ASPRS codes, another taxonomy: compare on the coarse classes.
-        table = np.full(256, -1, np.int64)
-        for code, coarse in ASPRS_COARSE.items():
-            table[code] = COARSE.index(coarse)
-        truth = table[np.clip(cloud.labels, 0, 255)]
-        if (truth >= 0).any():
-            score, _ = coarse_miou(pred_coarse, truth)
-            metrics["coarse_miou_vs_file_labels"] = score
-            ctx.log(f"coarse mIoU {score:.3f} against the file's ASPRS classification (mapped to coarse classes)")
-    elif (
-        cloud.labels is not None and len(cloud.labels) and cloud.labels.min() >= 0 and cloud.labels.max() < len(LABELS)
-    ):
-        # A sample scene carries its ground truth: say how well the prediction agrees with it.
-        from mlcore.pointcloud.pipeline import confusion, miou
+    if own:
+        _compare_own(ctx, cloud, path, classes, result.labels, metrics)
+    elif cloud.labels is not None:
+        coarse_of_label = np.array([COARSE.index(COARSE_OF[name]) for name in LABELS])
+        pred_coarse = coarse_of_label[result.labels]
+        if cloud.label_field == "classification":
+            # LAS classification holds ASPRS codes, another taxonomy: compare on the coarse classes.
+            table = np.full(256, -1, np.int64)
+            for code, coarse in ASPRS_COARSE.items():
+                table[code] = COARSE.index(coarse)
+            truth = table[np.clip(cloud.labels, 0, 255)]
+            if (truth >= 0).any():
+                score, _ = coarse_miou(pred_coarse, truth)
+                metrics["coarse_miou_vs_file_labels"] = score
+                ctx.log(f"coarse mIoU {score:.3f} against the file's ASPRS classification (mapped to coarse classes)")
+        elif len(cloud.labels) and cloud.labels.min() >= 0 and cloud.labels.max() < len(LABELS):
+            # A sample scene carries its ground truth: say how well the prediction agrees with it.
+            from mlcore.pointcloud.pipeline import confusion, miou
 
-        truth_ids = sorted(set(np.unique(cloud.labels).tolist()))
-        score, _ = miou(confusion(result.labels.astype(np.int64), cloud.labels.astype(np.int64)), truth_ids)
-        metrics["accuracy_vs_file_labels"] = float((result.labels == cloud.labels).mean())
-        metrics["miou_vs_file_labels"] = score
-        metrics["coarse_miou_vs_file_labels"], _ = coarse_miou(pred_coarse, coarse_of_label[cloud.labels])
+            truth_ids = sorted(set(np.unique(cloud.labels).tolist()))
+            score, _ = miou(confusion(result.labels.astype(np.int64), cloud.labels.astype(np.int64)), truth_ids)
+            metrics["accuracy_vs_file_labels"] = float((result.labels == cloud.labels).mean())
+            metrics["miou_vs_file_labels"] = score
+            metrics["coarse_miou_vs_file_labels"], _ = coarse_miou(pred_coarse, coarse_of_label[cloud.labels])
     for key, value in metrics.items():
         ctx.metric(key, value)
     ctx.log(
@@ -479,3 +581,72 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     )
     ctx.progress(1.0, "done")
     return metrics
+
+
+def _write_las(ctx: JobContext, path: Path, fmt: str, labels: Any, classes: SegmenterClasses) -> None:
+    """The labelled LAS / LAZ: ASPRS codes for a SynMix segmenter, the ids the user's files gave the
+    classes for one of the user's own (named in the file's classification lookup)."""
+    import laspy
+
+    from mlcore.pointcloud.io.las_out import own_codes, write_labelled_las
+
+    target = ctx.workdir / f"labelled.{fmt}"
+    if not classes.user_trained:
+        las_path, codes = write_labelled_las(path, target, labels)
+        ctx.log(
+            f"{las_path.name}: the input's fields, scales, offsets and VLRs, with ASPRS classification "
+            + ", ".join(f"{code}: {count:,}" for code, count in sorted(codes.items()))
+        )
+        ctx.artifact(las_path.name, las_path, "application/octet-stream")
+        return
+    with laspy.open(str(path)) as reader:
+        point_format = reader.header.point_format.id
+    table, moved = own_codes(classes.codes, len(classes.names), point_format)
+    las_path, codes = write_labelled_las(path, target, labels, names=classes.names, codes=table)
+    ctx.artifact(las_path.name, las_path, "application/octet-stream")
+    named = {int(table[k]): name for k, name in reversed(list(enumerate(classes.names)))}
+    ctx.log(
+        f"{las_path.name}: the input's fields, scales, offsets and VLRs, with your classes' codes "
+        + ", ".join(f"{code} {named.get(code, '?')}: {count:,}" for code, count in sorted(codes.items()))
+        + " (the file's classification lookup names them; moelab_class holds the exact class)"
+    )
+    if moved:
+        ctx.log(
+            f"point format {point_format} cannot hold the ids your files gave "
+            + ", ".join(f"{classes.names[k]} ({classes.codes[k]})" for k in moved)
+            + ": they are written as "
+            + ", ".join(str(int(table[k])) for k in moved)
+        )
+    if not classes.codes:
+        ctx.log(
+            "the segmenter records no ids of its classes (trained before they were saved): the classification holds "
+            "new codes (1, unclassified, where the point format has no user range); moelab_class the exact class"
+        )
+
+
+def _compare_own(
+    ctx: JobContext, cloud: Any, path: Path, classes: SegmenterClasses, pred: Any, metrics: dict[str, float]
+) -> None:
+    """Agreement with the file's labels in the user's classes (no coarse taxonomy: it is SynMix's)."""
+    import numpy as np
+
+    from mlcore.pointcloud.pipeline import confusion
+    from mlcore.pointcloud.user_train import class_iou
+
+    if cloud.labels is None or not len(cloud.labels):
+        return
+    truth, note = own_truth(cloud, path, classes)
+    ctx.log(note)
+    if truth is None:
+        return
+    counted = truth >= 0
+    k = len(classes.names)
+    conf = confusion(pred.astype(np.int64), truth, k)
+    ious = class_iou(conf, sorted(set(truth[counted].tolist())), classes.names)
+    metrics["accuracy_vs_file_labels"] = float((pred[counted] == truth[counted]).mean())
+    metrics["miou_vs_file_labels"] = float(np.mean(list(ious.values()))) if ious else 0.0
+    ctx.log(
+        f"mIoU {metrics['miou_vs_file_labels']:.3f} against the file's labels on {int(counted.sum()):,} points ("
+        + ", ".join(f"{name} {value:.3f}" for name, value in ious.items())
+        + ")"
+    )

@@ -11,7 +11,8 @@
 - Evaluation: whole scans, predictions on grid-sampled points carried to every input point
   through the inverse map; mIoU over the dataset's classes; expert usage per dataset.
 
-Segmenters are saved as ``config.json`` + fp16 ``model.safetensors`` (:func:`save_segmenter`).
+Segmenters are saved as ``config.json`` + fp16 ``model.safetensors`` (:func:`save_segmenter`);
+what their classes are is :mod:`mlcore.pointcloud.segmenter_classes`'s to read.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from mlcore.pointcloud.datasets import (
 )
 from mlcore.pointcloud.ptv3 import PointBatch, PTv3, PTv3Config, restrict_logits
 from mlcore.pointcloud.scenes import LABELS
+from mlcore.pointcloud.segmenter_classes import SegmenterError, read_classes
 from mlcore.pointcloud.sensors import Scan
 from mlcore.train import warmup_cosine
 
@@ -381,11 +383,10 @@ def save_segmenter(model: PTv3, folder: Path, *, card: dict[str, Any] | None = N
     return folder
 
 
-class SegmenterError(ValueError):
-    """A segmenter folder that cannot be loaded; the message says what is missing or wrong."""
-
-
 def load_segmenter(folder: Path, *, device: torch.device | str = "cpu") -> tuple[PTv3, dict[str, Any]]:
+    """The model and its config, or a :class:`SegmenterError` naming what is missing or inconsistent:
+    its class names are checked against the model's outputs and the weights' head
+    (:func:`~mlcore.pointcloud.segmenter_classes.read_classes` says what they mean)."""
     from safetensors.torch import load_file
 
     path = folder / "config.json"
@@ -399,14 +400,35 @@ def load_segmenter(folder: Path, *, device: torch.device | str = "cpu") -> tuple
         raise SegmenterError(f"config.json is not valid JSON ({exc.msg})") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise SegmenterError(f"config.json does not describe a {FORMAT} (format field missing or different)")
-    if list(config.get("labels", [])) != list(LABELS) or list(config.get("features", [])) != list(FEATURES):
-        raise SegmenterError("the segmenter was trained on another label space or feature set")
+    if list(config.get("features", [])) != list(FEATURES):
+        raise SegmenterError(
+            f"the segmenter was trained on another feature set than this version's ({', '.join(FEATURES)}); "
+            "retrain it with pointcloud-train"
+        )
     try:
         cfg = PTv3Config.from_dict(config["model"])
-        model = PTv3(cfg)
+    except Exception as exc:
+        raise SegmenterError(f"config.json's model section is not a PTv3-lite configuration ({_first(exc)})") from None
+    classes = read_classes(config, cfg.num_classes)
+    try:
         state = load_file(str(folder / "model.safetensors"))
+    except Exception as exc:
+        raise SegmenterError(f"model.safetensors cannot be read ({_first(exc)})") from None
+    head = state.get("class_embed")
+    if head is not None and head.ndim == 2 and head.shape[0] != len(classes.names):
+        raise SegmenterError(
+            f"model.safetensors has a head of {head.shape[0]} classes but config.json names {len(classes.names)}, so "
+            "the names cannot belong to these weights; use the config.json saved with them or retrain the segmenter "
+            "with pointcloud-train"
+        )
+    try:
+        model = PTv3(cfg)
         model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise SegmenterError(f"model.safetensors does not match config.json: {first[:200]}") from None
+        raise SegmenterError(f"model.safetensors does not match config.json: {_first(exc)}") from None
     return model.to(device).eval(), config
+
+
+def _first(exc: Exception) -> str:
+    """The first line of an exception's message, short enough for a sentence."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]

@@ -27,7 +27,6 @@ import torch
 
 from mlcore.pointcloud.datasets import point_features
 from mlcore.pointcloud.ptv3 import PointBatch, PTv3, restrict_logits
-from mlcore.pointcloud.scenes import LABELS
 
 #: Scans whose xy extent stays below this (metres) are treated as indoor (0.04 m grid), else outdoor.
 INDOOR_EXTENT = 25.0
@@ -35,7 +34,7 @@ INDOOR_EXTENT = 25.0
 
 @dataclass
 class Segmentation:
-    labels: np.ndarray  #: [N] int32 master label per input point
+    labels: np.ndarray  #: [N] int32 class per input point (the model's outputs: SynMix's or a user's classes)
     voxels: int  #: points after grid sampling
     chunks: int  #: model calls
     grid: float
@@ -153,7 +152,7 @@ def segment_cloud(
     on_chunk: Callable[[int, int], None] | None = None,
 ) -> Segmentation:
     """Labels for every point of a cloud. ``classes`` restricts the predictions to a subset of the
-    master labels (uploads have no dataset identity: the full taxonomy or the user's subset).
+    model's classes (uploads have no dataset identity: the full taxonomy or the user's subset).
     ``overlap`` defaults to :data:`OVERLAP_VOXELS` voxels of context. ``on_chunk(done_voxels, total_voxels)`` reports
     progress (and may raise to cancel).
 
@@ -163,8 +162,11 @@ def segment_cloud(
     tile's margin differs."""
     model.eval()
     t0, cpu0 = time.perf_counter(), time.process_time()
-    allowed = torch.zeros(len(LABELS), dtype=torch.bool)
-    allowed[classes if classes else list(range(len(LABELS)))] = True
+    k = model.cfg.num_classes
+    if classes and not all(0 <= c < k for c in classes):
+        raise ValueError(f"classes {classes} outside the model's {k} outputs")
+    allowed = torch.zeros(k, dtype=torch.bool)
+    allowed[classes if classes else list(range(k))] = True
     keep, inverse, ticks = voxelise(xyz, grid)
     step = round(grid * TICKS_PER_M)
     vox = ticks[keep].astype(np.float64) / TICKS_PER_M  # metres from the scan's lowest corner
@@ -175,7 +177,7 @@ def segment_cloud(
     margin = overlap if overlap is not None else OVERLAP_VOXELS * grid
     labels = np.zeros(len(vox), np.int32)
     layers = len(model.routed())
-    usage = np.zeros((len(LABELS), layers, model.cfg.experts), np.int64) if layers else None
+    usage = np.zeros((k, layers, model.cfg.experts), np.int64) if layers else None
     chunks = 0
     done = 0
     nonfinite = 0

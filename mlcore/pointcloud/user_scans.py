@@ -119,6 +119,9 @@ class ScanSet:
     class_names: tuple[str, ...]
     #: Where the class names came from ("classes.json", "ASPRS", …), for the log.
     names_from: str
+    #: Per class, the lowest id the files give it (the LAS code, the class map's key), so a segmenter
+    #: trained on the set can write its predictions back with the user's own numbering.
+    class_codes: tuple[int, ...] = ()
 
     def class_points(self, scans: Iterable[LabelledScan] | None = None) -> np.ndarray:
         """Labelled points per class over ``scans`` (default: all)."""
@@ -175,7 +178,7 @@ def read_class_map(path: Path, root: Path) -> dict[int, str | None]:
     return _parse_map(raw, shown)
 
 
-def _moelab_names(path: Path) -> dict[int, str]:
+def moelab_label_names(path: Path) -> dict[int, str]:
     """Names from a PLY of ours (``comment moelab label ID R G B NAME``)."""
     from mlcore.pointcloud.io import read_header
 
@@ -330,7 +333,7 @@ def read_scan_set(
                     names.setdefault(code, None)
         elif fmt in ("las", "laz"):
             names, names_from = {**dict.fromkeys(LAS_UNLABELLED), **ASPRS_CLASSES}, "the ASPRS classes"
-        elif fmt == "ply" and (ours := _moelab_names(path)):
+        elif fmt == "ply" and (ours := moelab_label_names(path)):
             names, names_from = dict(ours), "the PLY's label comments"
         else:
             present = np.unique(codes)
@@ -339,6 +342,7 @@ def read_scan_set(
         say(f"{shown}: {len(codes):,} points, labels from its {source}, names from {names_from}")
         raw.append((shown, cloud, codes, names, names_from))
     class_names: list[str] = []
+    codes_of: dict[int, int] = {}
     scans: list[LabelledScan] = []
     for shown, cloud, codes, names, names_from in raw:
         present = [int(c) for c in np.unique(codes)]
@@ -358,6 +362,7 @@ def read_scan_set(
             if name not in class_names:
                 class_names.append(name)
             table[code] = class_names.index(name)
+            codes_of[table[code]] = min(code, codes_of.get(table[code], code))
         lookup = np.vectorize(table.__getitem__, otypes=[np.int32])
         labels = lookup(codes) if len(codes) else np.zeros(0, np.int32)
         xyz = cloud.xyz  # type: ignore[attr-defined]
@@ -387,7 +392,7 @@ def read_scan_set(
             f"Every labelled point is of one class ({only}); a segmenter needs at least two classes to tell apart."
         )
     names_from = ", ".join(sorted({entry[4] for entry in raw}))
-    return ScanSet(tuple(scans), tuple(class_names), names_from)
+    return ScanSet(tuple(scans), tuple(class_names), names_from, tuple(codes_of[i] for i in range(len(class_names))))
 
 
 def _unit(digest: str) -> float:

@@ -29,6 +29,7 @@ from mlcore.pointcloud.datasets import IGNORE, DatasetSpec, get_dataset, grid_sa
 from mlcore.pointcloud.pipeline import Sample, ScanPool, confusion, prepare, save_segmenter
 from mlcore.pointcloud.ptv3 import PointBatch, PTv3, restrict_logits
 from mlcore.pointcloud.scenes import LABELS
+from mlcore.pointcloud.segmenter_classes import read_classes, user_block
 from mlcore.pointcloud.sensors import Scan
 from mlcore.pointcloud.user_scans import LabelledScan
 
@@ -189,14 +190,32 @@ def evaluate_synmix(
     return out
 
 
-def save_user_segmenter(model: PTv3, folder: Path, space: LabelSpace, voxel: float, card: dict[str, Any]) -> Path:
+def save_user_segmenter(
+    model: PTv3,
+    folder: Path,
+    space: LabelSpace,
+    voxel: float,
+    card: dict[str, Any],
+    *,
+    codes: Sequence[int] = (),
+    attributes: Sequence[str] = (),
+    synmix: Sequence[str] = (),
+) -> Path:
     """The segmenter folder of :func:`~mlcore.pointcloud.pipeline.save_segmenter`, with this run's
-    classes as its labels and the user's voxel size as its grid."""
+    classes as its labels, the user's voxel size as its grid and the ``user`` block that
+    ``pointcloud-segment`` reads (:mod:`mlcore.pointcloud.segmenter_classes`): the user's classes
+    under the model's names, the id the user's files gave each (``codes``, in the order of
+    ``space.user``), the attributes the training scans held and the SynMix datasets mixed in."""
+    if model.cfg.num_classes != len(space.names):
+        raise ValueError(f"a head of {model.cfg.num_classes} classes for {len(space.names)} class names")
+    own = [space.names[i] for i in space.user]
     save_segmenter(model, folder, card=card)
     config = json.loads((folder / "config.json").read_text())
     config["labels"] = list(space.names)
     config["grids"] = {**config["grids"], USER: voxel}
+    config["user"] = user_block(own, dict(zip(own, codes, strict=False)), voxel, tuple(attributes), tuple(synmix))
     (folder / "config.json").write_text(json.dumps(config, indent=1))
+    read_classes(config, model.cfg.num_classes)  # what pointcloud-segment will read back, checked now
     return folder
 
 

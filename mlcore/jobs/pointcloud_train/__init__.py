@@ -225,8 +225,9 @@ spec = JobSpec(
         '"building"}`; `null` leaves an id unlabelled). Scans are held out by content hash (*holdout*), the model '
         "trains on the rest at your *voxel* size, alone or with *mix_synmix*, and reports the IoU of each of your "
         "classes on the held-out scans. Refused with what to fix: no labels, ids the map does not name, one class, "
-        "fewer than 64 labelled points in a scan, a single scan. The trained segmenter is a download; "
-        "pointcloud-segment reads SynMix-class segmenters only.\n\n"
+        "fewer than 64 labelled points in a scan, a single scan. The trained segmenter joins your library as a "
+        "`pointcloud-segmenter` that knows your classes: pointcloud-segment labels new scans with their names (and, "
+        "in a LAS output, the ids your files gave them) at your voxel size.\n\n"
         "**Curves.** *Loss* is the cross-entropy over each scan's own label set (merged or unannotated classes do "
         "not count); *validation mIoU* is the mean intersection-over-union per dataset on held-out scans, with "
         "predictions carried back to every input point. A healthy run's loss falls fast in the first hundred "

@@ -17,9 +17,9 @@ from mlcore.pointcloud.labels import LABELS
 MIN_CROP_POINTS = 256
 
 
-def metric_name(class_name: str, taken: set[str]) -> str:
+def metric_name(class_name: str, taken: set[str], prefix: str = "iou_") -> str:
     """``iou_low_vegetation`` for "low vegetation"; a suffix keeps two classes that slug alike apart."""
-    base = "iou_" + (re.sub(r"[^a-z0-9]+", "_", class_name.lower()).strip("_") or "class")
+    base = prefix + (re.sub(r"[^a-z0-9]+", "_", class_name.lower()).strip("_") or "class")
     name, n = base, 2
     while name in taken:
         name, n = f"{base}_{n}", n + 1
@@ -145,6 +145,7 @@ def run_on_user_scans(params: dict[str, Any], root: Path, ctx: JobContext) -> di
         "top_k": params["top_k"],
         "classes": list(space.names),
         "user_classes": list(scan_set.class_names),
+        "class_codes": dict(zip(scan_set.class_names, scan_set.class_codes, strict=False)),
         "voxel": params["voxel"],
         "datasets": ["your scans", *synmix],
         "steps": params["steps"],
@@ -152,15 +153,28 @@ def run_on_user_scans(params: dict[str, Any], root: Path, ctx: JobContext) -> di
         "iou": final["iou"],
         "seconds": time.perf_counter() - started,
     }
-    save_user_segmenter(model.cpu(), folder, space, params["voxel"], card)
+    # What the scans held: pointcloud-segment's attributes=auto gives the model the same.
+    attributes = [
+        name
+        for name, held_by in (("colour", lambda s: s.rgb is not None), ("intensity", lambda s: s.intensity is not None))
+        if any(held_by(s) for s in train_scans)
+    ]
+    save_user_segmenter(
+        model.cpu(),
+        folder,
+        space,
+        params["voxel"],
+        card,
+        codes=scan_set.class_codes,
+        attributes=attributes,
+        synmix=synmix,
+    )
     ctx.artifact("segmenter", folder)
-    if list(space.names) == list(LABELS):
-        ctx.register("pointcloud-segmenter", folder, card)
-    else:
-        ctx.log(
-            "the segmenter knows your classes, which pointcloud-segment (SynMix classes only) cannot read yet: "
-            "it is offered as a download, not added to the library"
-        )
+    ctx.register("pointcloud-segmenter", folder, card)
+    ctx.log(
+        f"the segmenter predicts your classes ({', '.join(scan_set.class_names)}) at {params['voxel']:g} m: "
+        "pointcloud-segment labels new scans with them"
+    )
     ctx.log(
         f"held-out mIoU {final['miou']:.3f} over {final['points']:,} labelled points "
         f"({', '.join(f'{n} {v:.3f}' for n, v in final['iou'].items())}); {result.seconds:.0f} s of training"

@@ -4,7 +4,9 @@ EVLRs, so its coordinate reference system), with three things set:
 
 - ``classification``: the ASPRS code of each point's class (:data:`~mlcore.pointcloud.labels.ASPRS_CODE`);
   classes the standard has no code for get a user-definable code (64 + class id) in point formats
-  6-10, and 1 "unclassified" in formats 0-5, whose 5-bit field has no user range;
+  6-10, and 1 "unclassified" in formats 0-5, whose 5-bit field has no user range. A segmenter of the
+  user's own classes has no ASPRS meaning: the caller passes ``codes``, the ids the user's files gave
+  its classes (:func:`own_codes`), and the lookup names them by the user's class names;
 - an extra-bytes field ``moelab_class`` (uint8): the exact class id, so nothing is lost to that mapping;
 - a Classification Lookup VLR (LASF_Spec, record 0) naming every code the file uses.
 
@@ -15,7 +17,7 @@ appears whole or not at all (written beside, then renamed).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +42,33 @@ def asprs_codes(labels: np.ndarray, point_format: int, names: Sequence[str] = LA
     return table[np.asarray(labels, np.int64)]
 
 
-def _lookup_vlr(codes: np.ndarray, labels: np.ndarray, names: Sequence[str]) -> object:
-    """The Classification Lookup VLR: each code the file uses, named by the classes mapped to it."""
+def own_codes(known: Mapping[int, int], count: int, point_format: int) -> tuple[np.ndarray, list[int]]:
+    """uint8 codes for ``count`` classes of a user's own taxonomy: the id the user's files gave a class
+    (``known``: class → id) where this point format holds it (0-31 in formats 0-5, 0-255 in 6-10) and
+    no earlier class took it; else a free user-definable code (64 up, formats 6-10), else 1
+    (unclassified). Also the classes whose own id could not be kept (for the log)."""
+    top = 255 if point_format >= 6 else 31
+    table = np.ones(count, np.uint8)
+    taken: set[int] = set()
+    wanted = {k: c for k, c in known.items() if 0 <= c <= top}
+    reserved = set(wanted.values())
+    free = (c for c in range(ASPRS_USER_CODES, 256) if c not in reserved) if point_format >= 6 else iter(())
+    moved = []
+    for k in range(count):
+        code = wanted.get(k)
+        if code is None or code in taken:
+            code = next(free, 1)
+            if k in known:
+                moved.append(k)
+        table[k] = code
+        if code != 1:
+            taken.add(code)
+    return table, moved
+
+
+def _lookup_vlr(codes: np.ndarray, labels: np.ndarray, names: Sequence[str], *, own: bool = False) -> object:
+    """The Classification Lookup VLR: each code the file uses, named by the classes mapped to it
+    (``own``: by those names always; else standard codes by their ASPRS names)."""
     import laspy
 
     named: dict[int, list[str]] = {}
@@ -50,7 +77,8 @@ def _lookup_vlr(codes: np.ndarray, labels: np.ndarray, names: Sequence[str]) -> 
     data = bytearray()
     for code in range(256):
         if code in named:
-            text = "/".join(named[code]) if code >= ASPRS_USER_CODES or code == 1 else ASPRS_NAMES.get(code, "")
+            standard = not own and code < ASPRS_USER_CODES and code != 1
+            text = ASPRS_NAMES.get(code, "") if standard else "/".join(named[code])
             data += bytes([code]) + text.encode("ascii", "replace")[:15].ljust(15, b"\0")
         else:
             data += bytes([code]) + b"\0" * 15
@@ -58,10 +86,17 @@ def _lookup_vlr(codes: np.ndarray, labels: np.ndarray, names: Sequence[str]) -> 
 
 
 def write_labelled_las(
-    source: Path, target: Path, labels: np.ndarray, *, names: Sequence[str] = LABELS
+    source: Path,
+    target: Path,
+    labels: np.ndarray,
+    *,
+    names: Sequence[str] = LABELS,
+    codes: np.ndarray | None = None,
 ) -> tuple[Path, dict[int, int]]:
     """Write ``source`` (a LAS or LAZ file) to ``target`` with each point's class set (see the module
-    docstring). Returns the path and the count of points per ASPRS code."""
+    docstring): ``names`` are the classes ``labels`` index, ``codes`` (one per class) the
+    classification to write for each, by default its ASPRS code. Returns the path and the count of
+    points per code."""
     import laspy
 
     target = Path(target)
@@ -70,13 +105,18 @@ def write_labelled_las(
     if labels.shape != (len(las.points),):
         raise ValueError(f"{len(labels)} labels for {len(las.points)} points")
     point_format = las.header.point_format.id
-    codes = asprs_codes(labels, point_format, names)
+    table = None if codes is None else np.asarray(codes, np.uint8)
+    if table is not None and len(table) != len(names):
+        raise ValueError(f"{len(table)} codes for {len(names)} classes")
+    if len(labels) and (labels.min() < 0 or labels.max() >= len(names)):
+        raise ValueError(f"labels outside the {len(names)} classes")
+    codes = asprs_codes(labels, point_format, names) if table is None else table[labels]
     las.classification = codes
     if CLASS_FIELD not in las.point_format.dimension_names:
         las.add_extra_dim(laspy.ExtraBytesParams(name=CLASS_FIELD, type=np.uint8, description="MoE Lab class id"))
     las[CLASS_FIELD] = labels.astype(np.uint8)
     las.vlrs = [v for v in las.vlrs if not (v.user_id == LOOKUP_USER_ID and v.record_id == LOOKUP_RECORD_ID)]
-    las.vlrs.append(_lookup_vlr(codes, labels, names))
+    las.vlrs.append(_lookup_vlr(codes, labels, names, own=table is not None))
     partial = target.with_name(f".{target.name}.partial")
     try:
         # A file object: given a path, laspy goes by its extension and ignores do_compress.

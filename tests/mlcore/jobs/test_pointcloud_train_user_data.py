@@ -53,8 +53,11 @@ def test_it_trains_on_an_uploaded_zip_of_scans_and_reports_iou_per_class_on_held
     assert {row["class"] for row in ctx.charts["class_iou"]["data"]["values"]} == {"ground", "building"}
     config = json.loads((ctx.artifacts["segmenter"].path / "config.json").read_text())
     assert config["labels"] == ["ground", "building"] and config["model"]["num_classes"] == 2
-    assert not ctx.registrations  # pointcloud-segment reads SynMix classes only: a download, said in the log
-    assert any("offered as a download" in line for line in ctx.lines)
+    # pointcloud-segment reads the user's classes, so the segmenter goes to the library with their ids.
+    (registered,) = ctx.registrations
+    assert registered.kind == "pointcloud-segmenter"
+    assert config["user"]["classes"] == ["ground", "building"]
+    assert set(config["user"]["codes"]) == {"ground", "building"}
 
 
 def test_mixed_with_synmix_the_users_classes_join_the_master_labels(tmp_path):

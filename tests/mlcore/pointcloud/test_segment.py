@@ -61,9 +61,17 @@ def test_a_saved_segmenter_reloads_and_predicts_the_same_labels(model, tmp_path)
     assert (before == after).mean() > 0.98  # weights are stored in fp16
 
 
-def test_a_segmenter_with_a_foreign_label_space_is_refused(model, tmp_path):
+def test_a_segmenter_with_classes_of_its_own_but_no_training_voxel_is_refused(model, tmp_path):
     folder = save_segmenter(model, tmp_path / "seg")
     text = (folder / "config.json").read_text().replace('"pedestrian"', '"cyclist"')
     (folder / "config.json").write_text(text)
-    with pytest.raises(SegmenterError, match="label space"):
+    with pytest.raises(SegmenterError, match=r"classes of its own \(floor, .*\) but not the voxel size"):
+        load_segmenter(folder)
+
+
+def test_a_segmenter_of_another_feature_set_is_refused(model, tmp_path):
+    folder = save_segmenter(model, tmp_path / "seg")
+    text = (folder / "config.json").read_text().replace('"intensity"', '"reflectance"')
+    (folder / "config.json").write_text(text)
+    with pytest.raises(SegmenterError, match="another feature set"):
         load_segmenter(folder)
