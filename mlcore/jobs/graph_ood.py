@@ -72,7 +72,7 @@ runs of a clean-room GOOD-Motif generator, ERM / GSAT-lite / the mixture with a 
 and without diversity / the full method, several seeds) has the table and says whether the claim
 reproduced.
 
-**Uploads.** One JSON file: `{"format": "moelab-graphs", "version": 1, "graphs": [{"nodes": N,
+**What you can bring.** One JSON file: `{"format": "moelab-graphs", "version": 1, "graphs": [{"nodes": N,
 "edges": [[u, v], ...], "label": y, "split": "train"|"id_val"|"ood_val"|"ood_test",
 "edge_mask": [0/1 per edge] (optional), "motif": id (optional)}]}`, edges undirected and listed
 once; nodes carry no features. Without `edge_mask` no AUC is reported; without `motif` the usage

@@ -74,6 +74,10 @@ def _estimate(p: dict[str, Any]) -> Estimate:
 
 
 GUIDE = """\
+**What you can bring.** Your photos: PNG (8- or 16-bit, with or without alpha), JPEG or WebP
+files of any size up to the pixel cap, or a zip of them, or a library image set; and one of your
+team's keys.
+
 **What you get.** Your images, marked with your team's key, at their own size and in their own
 format (PNG stays PNG at the same bit depth, a JPEG keeps its own quality tables, a WebP stays
 lossless or lossy as it was), with their ICC profile, EXIF (orientation included) and alpha kept.

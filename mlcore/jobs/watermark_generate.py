@@ -87,6 +87,9 @@ spec = JobSpec(
         Seed(name="seed"),
     ),
     guide=(
+        "### What you can bring\n"
+        "A `watermark-markers` item of your team's library (trained by watermark-train, on your own images if you "
+        "like) and one of your team's keys. To mark photos you already have, use watermark-embed.\n\n"
         "### How to read this\n"
         "The gallery holds the generated PNGs, each carrying your key. **Self-check bit accuracy** is the share "
         "of key bits the extractor reads back from those PNGs (1.0 = every bit); **PSNR/SSIM** compare each image "

@@ -264,3 +264,12 @@ def test_an_oversized_upload_names_the_file_the_limit_and_what_to_do(owner: User
     field, text = caught.value.errors[0]
     assert field == "calibration_file"
     assert "corpus.txt" in text and f"the limit is {param.max_bytes}" in text and "Upload a smaller file" in text
+
+
+@pytest.mark.parametrize("kind", sorted(k.spec.name for k in all_kinds() if not k.spec.name.startswith("test-")))
+def test_every_kinds_guide_says_what_a_user_can_bring(kind: str) -> None:
+    spec = get_kind(kind).spec
+    text = f"{spec.guide}\n{content.kind_doc(kind).body}"
+    assert re.search(r"what you can bring|your own", text, re.IGNORECASE), (
+        f"{kind}: its guide (spec guide= or docs/guides/{kind}.md) must say what a user can bring, in which formats"
+    )
