@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,11 +49,19 @@ def calibrate(
     keep_inputs: int = 0,
     seed: int = 0,
     on_batch: Callable[[int, int], Any] | None = None,
+    sequential: bool = False,
+    on_layer: Callable[[int, int], Any] | None = None,
+    spill_dir: Path | None = None,
 ) -> Calibration:
     """Run ``windows`` ([N, L] token ids) through the model and collect per-expert statistics.
 
     ``keep_inputs`` > 0 also keeps that many MoE-block input rows per layer (reservoir-free: the
     rows are drawn up front from a seeded permutation of all token positions).
+
+    ``sequential``: every batch through decoder layer i before layer i + 1
+    (:func:`mlcore.hf.sequential.run_sequentially`), for a model streamed with ``layer_by_layer``
+    (each layer read once); progress then comes per layer (``on_layer``). The statistics are the
+    same sums in another order.
     """
     counts = {info.num_experts for info in adapter.layers}
     if len(counts) != 1:
@@ -63,7 +72,7 @@ def calibrate(
     stats = ExpertStatistics(len(layers), num_experts, adapter.layers[0].hidden)
     gated = torch.zeros(len(layers), num_experts, dtype=torch.float64)
     model = adapter.model
-    device = next(model.parameters()).device
+    device = next(p.device for p in model.parameters() if not p.is_meta)
 
     def on_outputs(layer: int, expert: int, outputs: Tensor, gates: Tensor, rows: Tensor) -> None:
         stats.update(position[layer], expert, outputs, gates)
@@ -87,16 +96,34 @@ def calibrate(
                 sampled[index].append(hidden[rows].float().cpu())
 
             handles.append(model.get_submodule(info.name).register_forward_pre_hook(grab))
+    starts = list(range(0, len(windows), batch_size))
     try:
-        with torch.inference_mode(), adapter.capture_expert_outputs(on_outputs):
-            for start in range(0, len(windows), batch_size):
-                batch = windows[start : start + batch_size]
-                model(input_ids=batch.to(device))
-                for i in range(len(layers)):
-                    stats.count_tokens(i, batch.numel())
-                offset[0] += batch.numel()
-                if on_batch is not None:
-                    on_batch(min(start + batch_size, len(windows)), len(windows))
+        if sequential:
+            from mlcore.hf.sequential import run_sequentially
+
+            def before_batch(b: int) -> None:
+                offset[0] = starts[b] * windows.shape[1]
+
+            with adapter.capture_expert_outputs(on_outputs):
+                run_sequentially(
+                    model,
+                    [windows[start : start + batch_size] for start in starts],
+                    before_batch=before_batch,
+                    on_layer=on_layer,
+                    spill_dir=spill_dir,
+                )
+            for i in range(len(layers)):
+                stats.count_tokens(i, windows.numel())
+        else:
+            with torch.inference_mode(), adapter.capture_expert_outputs(on_outputs):
+                for start in starts:
+                    batch = windows[start : start + batch_size]
+                    model(input_ids=batch.to(device))
+                    for i in range(len(layers)):
+                        stats.count_tokens(i, batch.numel())
+                    offset[0] += batch.numel()
+                    if on_batch is not None:
+                        on_batch(min(start + batch_size, len(windows)), len(windows))
     finally:
         for handle in handles:
             handle.remove()

@@ -187,27 +187,48 @@ class MoEAdapter:
         every MoE layer ends with the same count and routing is not group-limited; otherwise keeps
         the shapes and masks the removed experts' router rows (``self.masks`` records them)."""
         plan = {index: self._checked_ids(index, ids) for index, ids in keep.items()}
-        counts = {len(plan[i.index]) if i.index in plan else i.num_experts for i in self.layers}
-        config = self.model.config
-        if group_limited(config) or len(counts) > 1:
-            if self.spec.router_rule == "opaque":
-                raise HFModelError(
-                    f"{self.spec.title}: removing experts here needs masks ("
-                    + ("group-limited routing" if group_limited(config) else "different counts per layer")
-                    + "), and this router has no per-expert selection term to hold them; "
-                    "keep the same number of experts in every layer (scope 'layer')."
-                )
+        if self.removal(keep) == "mask":
             self.mask_experts(keep)
             return
         old = {info.num_experts for info in self.layers}
         for index, ids in plan.items():
             self._slice(index, ids)
-        new = counts.pop()
+        self.set_expert_count(len(next(iter(plan.values()))) if plan else old.pop(), old)
+        self.layers = self._enumerate()
+
+    def removal(self, keep: Mapping[int, Sequence[int]]) -> str:
+        """How :meth:`remove_experts` carries out ``keep``: ``"slice"`` (same count in every layer,
+        no group-limited routing) or ``"mask"``; refused where the router cannot hold a mask."""
+        counts = {len(keep[i.index]) if i.index in keep else i.num_experts for i in self.layers}
+        config = self.model.config
+        if not (group_limited(config) or len(counts) > 1):
+            return "slice"
+        if self.spec.router_rule == "opaque":
+            raise HFModelError(
+                f"{self.spec.title}: removing experts here needs masks ("
+                + ("group-limited routing" if group_limited(config) else "different counts per layer")
+                + "), and this router has no per-expert selection term to hold them; "
+                "keep the same number of experts in every layer (scope 'layer')."
+            )
+        return "mask"
+
+    def remove_in_layer(self, index: int, ids: Sequence[int], how: str) -> None:
+        """One layer's part of a removal decided by :meth:`removal` for the whole model: for a model
+        streamed layer by layer, edited while that layer is in memory. After the last layer of a
+        ``"slice"``, :meth:`set_expert_count` updates the config."""
+        checked = self._checked_ids(index, ids)
+        if how == "slice":
+            self._slice(index, checked)
+        else:
+            self._mask(index, checked)
+
+    def set_expert_count(self, new: int, old: set[int]) -> None:
+        """Write ``new`` into the config's expert-count fields that held one of the ``old`` counts."""
+        config = self.model.config
         for source in (config, getattr(config, "ffn_config", None)):
             for field in EXPERT_COUNT_FIELDS:
                 if source is not None and getattr(source, field, None) in old:
                     setattr(source, field, new)
-        self.layers = self._enumerate()
 
     def _checked_ids(self, index: int, ids: Sequence[int]) -> Tensor:
         info = self.layer(index)

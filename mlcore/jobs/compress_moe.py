@@ -7,6 +7,13 @@ a checkpoint that ``mlcore.hf.load_model`` reloads (novices included) and offere
 with novices it also ships their code for ``trust_remote_code=True`` and refuses a plain stock load,
 and a second checkpoint with the novices deleted (another model, evaluated too) serves in any tool.
 
+Models larger than memory (``load``: auto, whole, layer-by-layer; ``mlcore.hf.memory`` decides
+from the safetensors headers): calibration runs the sequential pass (each decoder layer read once,
+``mlcore.hf.sequential``), every variant is written layer by layer from the source checkpoint
+(``mlcore.compress.streamed``) and evaluated streamed from what was written, and all but the saved
+variant are deleted after their evaluation. NAEE and HC-SMoE read every expert's weights at once
+and are refused in that mode.
+
 Progress: calibration fills its stretch of the bar batch by batch; the evaluations (the original
 model, then every variant) share the rest equally and fill it window by window and cloze item by
 item, so the page says "evaluating mone at ratio 0.25: shakespeare perplexity, window 64 of 256".
@@ -16,10 +23,13 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from mlcore.hf.memory import LOAD_MODES
 from mlcore.jobs import (
     Choice,
     Comparison,
@@ -44,6 +54,8 @@ CALIBRATION_SPAN = (0.02, 0.15)
 EVALUATION_SPAN = (0.17, 0.97)
 #: The share of a NAEE variant's stretch that its enumeration takes (the other methods plan in a blink).
 NAEE_PLAN_SHARE = 0.3
+#: Methods that read every expert's weights at once (NAEE's enumeration, HC-SMoE's merging).
+WHOLE_ONLY = ("naee", "hc-smoe")
 
 
 def _validate(params: dict[str, Any]) -> list[tuple[str, str]]:
@@ -171,6 +183,14 @@ spec = JobSpec(
             name="scope", default="layer", options=("layer", "global"), help="Rank experts per layer or model-wide."
         ),
         Multi(name="methods", default=["mone"], options=METHOD_OPTIONS, min_count=1, help="The first is saved."),
+        Choice(
+            name="load",
+            default="auto",
+            options=LOAD_MODES,
+            help="whole: the model in memory; layer-by-layer: one decoder layer at a time (calibration reads each "
+            "layer once, every compressed model is written layer by layer), for models larger than the worker's "
+            "memory; auto: whole when it fits. NAEE and HC-SMoE need every expert's weights: whole only.",
+        ),
         Int(name="eval_windows", default=256, min=8, max=4096, help="Held-out sequences per source."),
         Int(name="cloze_items", default=100, min=0, max=2000, help="Cloze items per source (0 skips the suite)."),
         Seed(name="seed"),
@@ -210,30 +230,39 @@ def _model_dir(inputs: dict[str, Any]) -> Path:
     return Path(inputs["model"])
 
 
-def _load(folder: Path, device: Any) -> tuple[Any, Any]:
-    from mlcore.hf import load_model
+def _tokenizer(folder: Path) -> Any:
+    """The checkpoint's tokenizer, after the config and tokenizer checks (no weight is read)."""
+    from transformers import AutoTokenizer
+
+    from mlcore.hf.loading import checked_config
+
+    checked_config(folder, need_tokenizer=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    if tokenizer.eos_token_id is None:
+        raise JobError("The tokenizer has no end-of-text token; set eos_token in tokenizer_config.json.")
+    return tokenizer
+
+
+def _load(folder: Path, device: Any, mode: str, stack: ExitStack) -> Any:
+    """The model, whole in memory or streamed layer by layer (open until ``stack`` closes)."""
+    from mlcore.hf import adapt, layer_by_layer, load_model
     from mlcore.hf.architectures import HFModelError
 
     try:
-        # Checks the config, weight dtypes and tokenizer before any weight is read; loads in the
-        # checkpoint's own dtype.
-        model = load_model(folder, device=device, need_tokenizer=True)
+        # Loads in the checkpoint's own dtype.
+        if mode == "whole":
+            model = load_model(folder, device=device, need_tokenizer=True)
+        else:
+            model = stack.enter_context(layer_by_layer(folder, device=device))
     except HFModelError:
         raise
     except (RuntimeError, ValueError, OSError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise JobError(f"Could not load the checkpoint: its weights do not match its config ({first[:300]}).") from None
-    from mlcore.hf import adapt
-
     adapter = adapt(model)
     if adapter.masks or adapter.novices:
         raise JobError("This model is already compressed (it has masked or novice experts); start from the original.")
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
-    if tokenizer.eos_token_id is None:
-        raise JobError("The tokenizer has no end-of-text token; set eos_token in tokenizer_config.json.")
-    return model, tokenizer
+    return model
 
 
 def _calibration_texts(inputs: dict[str, Any]) -> tuple[str, list[str]]:
@@ -251,33 +280,12 @@ def _calibration_texts(inputs: dict[str, Any]) -> tuple[str, list[str]]:
 
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    from mlcore.compress.calibrate import calibrate
-    from mlcore.compress.methods import NEEDS_LAYER_INPUTS, compressed_copy, make_plan
-    from mlcore.compress.naee import CALIBRATION_ROWS
-    from mlcore.compress.plan import experts_to_keep
-    from mlcore.compress.report import sizes
     from mlcore.data.packing import pack_windows
-    from mlcore.data.registry import TEXT_SOURCES
-    from mlcore.eval.heldout import prepare_heldout
-    from mlcore.hf import adapt
 
     # Everything that can refuse the job happens before the first artifact, so a bad input leaves nothing.
-    ctx.progress(0.0, "loading the model")
+    ctx.progress(0.0, "checking the model")
     source = _model_dir(inputs)
-    model, tokenizer = _load(source, ctx.device)
-    adapter = adapt(model)
-    num_experts, top_k = adapter.layers[0].num_experts, adapter.layers[0].top_k
-    if params["keep"]:
-        keep = experts_to_keep(num_experts, top_k, keep=params["keep"])
-        keeps = {round(1 - keep / num_experts, 4): keep}
-    else:
-        keeps = {r: experts_to_keep(num_experts, top_k, ratio=r) for r in params["ratios"]}
-    ratios = list(keeps)
-    if "naee" in params["methods"]:
-        from mlcore.compress.naee import check_enumerable
-
-        for keep in keeps.values():
-            check_enumerable(num_experts, keep)
+    tokenizer = _tokenizer(source)
     source_name, texts = _calibration_texts(inputs)
 
     def encode(text: str) -> list[int]:
@@ -291,9 +299,74 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         raise JobError(f"Calibration data: {exc}.") from None
     if len(windows) < params["samples"]:
         ctx.log(f"calibration text yields {len(windows)} sequences of {params['seq_len']} tokens, fewer than asked")
+    batch_size = max(1, 4096 // params["seq_len"])
+    mode = _load_mode(params, source, ctx, tokens=windows.numel(), batch_tokens=batch_size * params["seq_len"])
+    with ExitStack() as stack:
+        ctx.progress(0.01, "loading the model" if mode == "whole" else "reading the model's embeddings and head")
+        model = _load(source, ctx.device, mode, stack)
+        return _compress(params, ctx, source, tokenizer, model, mode, windows, source_name, batch_size)
+
+
+def _load_mode(params: dict[str, Any], source: Path, ctx: JobContext, *, tokens: int, batch_tokens: int) -> str:
+    """Whole or layer by layer (see ``mlcore.hf.memory``), refused when neither fits or when a
+    method needs what streaming cannot give."""
+    from mlcore.hf.architectures import HFModelError
+    from mlcore.hf.memory import plan_load
+
+    try:
+        mode, needs = plan_load(source, params["load"], device=ctx.device, tokens=tokens, batch_tokens=batch_tokens)
+    except HFModelError as exc:
+        raise JobError(str(exc)) from None
+    ctx.log(
+        f"loading {mode}: about {needs.whole / 2**20:,.0f} MB whole, {needs.layer_by_layer / 2**20:,.0f} MB layer by "
+        "layer (weights, carried activations and one batch)"
+    )
+    whole_only = [m for m in params["methods"] if m in WHOLE_ONLY]
+    if mode == "layer-by-layer" and whole_only:
+        raise JobError(
+            f"{', '.join(whole_only)} need every expert's weights in memory at once, which loading layer by layer "
+            "does not give; drop them, or choose load 'whole' on a worker with enough memory."
+        )
+    return mode
+
+
+def _compress(
+    params: dict[str, Any],
+    ctx: JobContext,
+    source: Path,
+    tokenizer: Any,
+    model: Any,
+    mode: str,
+    windows: Any,
+    source_name: str,
+    batch_size: int,
+) -> dict[str, Any]:
+    from mlcore.compress.calibrate import calibrate
+    from mlcore.compress.methods import NEEDS_LAYER_INPUTS, compressed_copy, make_plan
+    from mlcore.compress.naee import CALIBRATION_ROWS
+    from mlcore.compress.plan import experts_to_keep
+    from mlcore.compress.report import sizes
+    from mlcore.compress.streamed import write_compressed
+    from mlcore.data.registry import TEXT_SOURCES
+    from mlcore.eval.heldout import prepare_heldout
+    from mlcore.hf import adapt, layer_by_layer
+
+    streamed = mode == "layer-by-layer"
+    adapter = adapt(model)
+    num_experts, top_k = adapter.layers[0].num_experts, adapter.layers[0].top_k
+    if params["keep"]:
+        keep = experts_to_keep(num_experts, top_k, keep=params["keep"])
+        keeps = {round(1 - keep / num_experts, 4): keep}
+    else:
+        keeps = {r: experts_to_keep(num_experts, top_k, ratio=r) for r in params["ratios"]}
+    ratios = list(keeps)
+    if "naee" in params["methods"]:
+        from mlcore.compress.naee import check_enumerable
+
+        for keep in keeps.values():
+            check_enumerable(num_experts, keep)
     length = min(int(getattr(model.config, "max_position_embeddings", 128)), 128)
 
-    batch_size = max(1, 4096 // params["seq_len"])
     calibrating = ctx.span(*CALIBRATION_SPAN, "calibrating")
     calibrating(0.0, f"{len(windows)} sequences")
     calibration = calibrate(
@@ -303,6 +376,9 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         keep_inputs=CALIBRATION_ROWS if any(m in NEEDS_LAYER_INPUTS for m in params["methods"]) else 0,
         seed=params["seed"],
         on_batch=lambda done, total: calibrating.count(-(-done // batch_size), -(-total // batch_size), "batch"),
+        sequential=streamed,
+        on_layer=lambda done, total: calibrating.count(done, total, "decoder layer"),
+        spill_dir=ctx.workdir,
     )
     ctx.log(f"calibrated on {calibration.tokens} tokens of {source_name} ({len(windows)} sequences)")
     _expert_charts(ctx, calibration)
@@ -316,6 +392,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     start, end = EVALUATION_SPAN
     share = (end - start) / (len(jobs) + 1)
     evaluating = ctx.span(start, start + share, "evaluating the original model")
+    if streamed:
+        ctx.log("evaluation reads the checkpoint layer by layer once per batch of held-out windows")
     baseline = {**heldout.evaluate(model, tokenizer, on_progress=evaluating), **sizes(model, adapter)}
     _metrics(ctx, "original", baseline)
     rows: list[dict[str, Any]] = []
@@ -335,11 +413,20 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
             seed=params["seed"],
             on_layer=functools.partial(planning.count, noun="layer"),
         )
-        compressed, compressed_adapter = compressed_copy(model, plan)
-        # The first variant with novices is evaluated twice (with them, and as the stock export without).
-        evaluated = planned + (1 - planned) / (2 if saved is None and plan.novices else 1)
-        evaluating = variant.part(planned, evaluated, f"evaluating {method} at ratio {ratio:g}")
-        result = _evaluate_variant(compressed, compressed_adapter, heldout, tokenizer, baseline, evaluating)
+        fields = _compression_fields(plan, params, ratio, keeps[ratio])
+        with ExitStack() as variant_stack:
+            if streamed:
+                written = ctx.workdir / f"variant-{done}"
+                variant(planned, "writing the compressed model layer by layer")
+                write_compressed(source, plan, written, config_fields=fields)
+                compressed = variant_stack.enter_context(layer_by_layer(written, device=ctx.device))
+                compressed_adapter = adapt(compressed)
+            else:
+                compressed, compressed_adapter = compressed_copy(model, plan)
+            # The first variant with novices is evaluated twice (with them, and as the stock export without).
+            evaluated = planned + (1 - planned) / (2 if saved is None and plan.novices else 1)
+            evaluating = variant.part(planned, evaluated, f"evaluating {method} at ratio {ratio:g}")
+            result = _evaluate_variant(compressed, compressed_adapter, heldout, tokenizer, baseline, evaluating)
         row = {"method": method, "ratio": ratio, "keep": keeps[ratio], **_flat(result)}
         rows.append(row)
         _metrics(ctx, f"{method}@{ratio:g}", result)
@@ -350,19 +437,31 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         ctx.chart(f"pruned-map-{method}-{ratio:g}", _pruned_map(plan, num_experts, method, ratio))
         if saved is None:
             variant(evaluated, "saving the checkpoint")
-            saved = _save(ctx, compressed, compressed_adapter, tokenizer, plan, params, ratio, keeps[ratio], source)
+            if streamed:
+                saved = _publish(ctx, written, tokenizer, source, plan, ratio, keeps[ratio])
+            else:
+                compressed.config.moelab_compression = fields["moelab_compression"]
+                compressed_adapter.save(ctx.workdir / "compressed")
+                saved = _publish(ctx, ctx.workdir / "compressed", tokenizer, source, plan, ratio, keeps[ratio])
             if plan.novices:
-                export = _save_stock_export(ctx, compressed_adapter, tokenizer, source, f"{method}@{ratio:g}")
-                if export is not None:
-                    label = f"evaluating {method} at ratio {ratio:g} without novices"
-                    exporting = variant.part(evaluated, 1.0, label)
-                    exported = _evaluate_variant(export.model, export, heldout, tokenizer, baseline, exporting)
-                    _metrics(ctx, f"{method}@{ratio:g}/stock_export", exported)
-                    row.update({f"stock_export_{k}": v for k, v in _flat(exported).items() if not isinstance(v, dict)})
+                label = f"evaluating {method} at ratio {ratio:g} without novices"
+                exported = _stock_export(
+                    ctx, source, plan, compressed_adapter, tokenizer, streamed, f"{method}@{ratio:g}"
+                )
+                if exported is not None:
+                    with exported as (export_model, export_adapter):
+                        exporting = variant.part(evaluated, 1.0, label)
+                        result = _evaluate_variant(
+                            export_model, export_adapter, heldout, tokenizer, baseline, exporting
+                        )
+                    _metrics(ctx, f"{method}@{ratio:g}/stock_export", result)
+                    row.update({f"stock_export_{k}": v for k, v in _flat(result).items() if not isinstance(v, dict)})
                     ctx.log(
                         f"{method} ratio {ratio:g}, novices deleted (the stock export): mean ppl "
-                        f"{exported['ppl_mean']:.3f} (Δ {exported['delta_ppl']:+.3f})"
+                        f"{result['ppl_mean']:.3f} (Δ {result['delta_ppl']:+.3f})"
                     )
+        elif streamed:
+            shutil.rmtree(written, ignore_errors=True)
         del compressed
     ctx.progress(end, "writing the report")
     _report(ctx, baseline, rows, params, source_name)
@@ -430,30 +529,27 @@ def _pruned_map(plan: Any, num_experts: int, method: str, ratio: float) -> dict[
     return heatmap(f"Pruned map: {method}, ratio {ratio:g}", pruned_map_rows(plan, num_experts), "state")
 
 
-def _save(
-    ctx: JobContext,
-    model: Any,
-    adapter: Any,
-    tokenizer: Any,
-    plan: Any,
-    params: dict[str, Any],
-    ratio: float,
-    keep: int,
-    source: Path,
-) -> Path:
+def _compression_fields(plan: Any, params: dict[str, Any], ratio: float, keep: int) -> dict[str, Any]:
+    """What serving code reads from the config: which experts are novices (the sidecar holds their vectors)."""
+    return {
+        "moelab_compression": {
+            "method": plan.method,
+            "ratio": ratio,
+            "keep_per_layer": keep,
+            "scope": params["scope"],
+            "novices": {str(layer): sorted(v) for layer, v in plan.novices.items()},
+            "kept": {str(layer): sorted(v) for layer, v in plan.keep.items()},
+        }
+    }
+
+
+def _publish(ctx: JobContext, written: Path, tokenizer: Any, source: Path, plan: Any, ratio: float, keep: int) -> Path:
+    """The written checkpoint, with tokenizer and companions, as the job's artifact and library item."""
     from mlcore.hf.checkpoint import copy_companions
 
     folder = ctx.workdir / "compressed"
-    # Serving code reads which experts are novices from the config; the adapter's sidecar holds their vectors.
-    model.config.moelab_compression = {
-        "method": plan.method,
-        "ratio": ratio,
-        "keep_per_layer": keep,
-        "scope": params["scope"],
-        "novices": {str(layer): sorted(v) for layer, v in plan.novices.items()},
-        "kept": {str(layer): sorted(v) for layer, v in plan.keep.items()},
-    }
-    adapter.save(folder)
+    if written != folder:
+        written.rename(folder)
     tokenizer.save_pretrained(folder)
     copy_companions(source, folder)
     ctx.artifact("checkpoint", folder)
@@ -465,22 +561,47 @@ def _save(
     return folder
 
 
-def _save_stock_export(ctx: JobContext, adapter: Any, tokenizer: Any, source: Path, label: str) -> Any:
-    """The checkpoint with the novices deleted (see ``MoEAdapter.save_without_novices``); its
-    adapter, or ``None`` with a log line saying why it cannot exist for this model."""
+def _stock_export(
+    ctx: JobContext, source: Path, plan: Any, adapter: Any, tokenizer: Any, streamed: bool, label: str
+) -> Any:
+    """The checkpoint with the novices deleted (see ``MoEAdapter.save_without_novices``), written and
+    offered as ``checkpoint-stock``; a context giving (model, adapter) to evaluate it, or ``None``
+    with a log line saying why it cannot exist for this model."""
+    from mlcore.compress.plan import CompressionPlan
+    from mlcore.compress.streamed import write_compressed
+    from mlcore.hf import adapt, layer_by_layer
     from mlcore.hf.architectures import HFModelError
-    from mlcore.hf.checkpoint import copy_companions
+    from mlcore.hf.checkpoint import SIDECAR, copy_companions
 
     folder = ctx.workdir / "compressed-stock"
     try:
-        exported = adapter.save_without_novices(folder)
+        if streamed:
+            write_compressed(source, CompressionPlan(plan.method, keep=plan.keep), folder)
+            if (folder / SIDECAR).exists():
+                shutil.rmtree(folder)
+                raise HFModelError(
+                    "with group-limited routing, deleted experts can only be masked, and this router has no "
+                    "per-expert selection term to carry the mask in a stock checkpoint"
+                )
+            exported = None
+        else:
+            exported = adapter.save_without_novices(folder)
     except HFModelError as exc:
         ctx.log(f"no stock export for {label}: {exc}")
         return None
     tokenizer.save_pretrained(folder)
     copy_companions(source, folder)
     ctx.artifact("checkpoint-stock", folder)
-    return exported
+
+    @contextmanager
+    def opened() -> Iterator[tuple[Any, Any]]:
+        if exported is not None:
+            yield exported.model, exported
+            return
+        with layer_by_layer(folder, device=ctx.device) as model:
+            yield model, adapt(model)
+
+    return opened()
 
 
 def _report(

@@ -187,3 +187,37 @@ def test_a_checkpoint_without_a_tokenizer_is_refused_before_its_weights_load(tmp
     (folder / "model.safetensors").write_bytes(b"")  # never read: the tokenizer check comes first
     message, _ = _failure({"model": str(folder)})
     assert "has no tokenizer" in message
+
+
+def test_layer_by_layer_it_reports_and_saves_what_the_whole_model_gives(tiny_lm, calibration_file):
+    import torch
+
+    raw = {"model": str(tiny_lm), "methods": "mone,frequency", "ratios": "0.25"}
+    results = {}
+    for load in ("whole", "layer-by-layer"):
+        outcome, ctx = run({**raw, "load": load}, {"calibration_file": [calibration_file]})
+        assert outcome.status == "succeeded", outcome.traceback
+        assert any(line.startswith(f"loading {load}:") for line in ctx.lines)
+        results[load] = ctx
+    whole, streamed = results["whole"].metrics.scalars, results["layer-by-layer"].metrics.scalars
+    variants = ("original", "mone@0.25", "frequency@0.25", "mone@0.25/stock_export")
+    for name in (f"{variant}/ppl_mean" for variant in variants):
+        assert streamed[name] == pytest.approx(whole[name], rel=1e-5), name
+    assert streamed["mone@0.25/bytes_effective"] == whole["mone@0.25/bytes_effective"]
+    ids = torch.randint(3, 100, (2, 16), generator=torch.Generator().manual_seed(0))
+    for artifact in ("checkpoint", "checkpoint-stock"):
+        logits = [
+            load_model(results[load].artifacts[artifact].path)(ids, use_cache=False).logits
+            for load in ("whole", "layer-by-layer")
+        ]
+        torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=1e-5)
+    # Only the saved variant and its stock export stay on disk.
+    assert sorted(p.name for p in results["layer-by-layer"].workdir.glob("variant-*")) == []
+
+
+def test_layer_by_layer_it_refuses_methods_that_need_every_experts_weights(tiny_lm, calibration_file):
+    outcome, _ = run(
+        {"model": str(tiny_lm), "methods": "mone,hc-smoe", "load": "layer-by-layer"},
+        {"calibration_file": [calibration_file]},
+    )
+    assert outcome.status == "failed" and "hc-smoe need every expert's weights" in outcome.error

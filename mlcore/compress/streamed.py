@@ -1,0 +1,112 @@
+"""A compression plan carried out on a checkpoint larger than memory, one decoder layer at a time.
+
+:func:`write_compressed` streams the source checkpoint with
+:func:`mlcore.hf.layerwise.layer_by_layer`: each decoder layer is read, gets its part of the plan
+(novices, merged weights, removal as :meth:`MoEAdapter.removal` decided for the whole model), is
+written to a shard of its own and released. The weights outside the layers (embeddings, final
+norm, head) go to one more shard, with the safetensors index, the updated config (expert counts,
+``norm_topk_prob`` after REAP, the job's ``moelab_compression``) and the sidecar of masks and
+novices, exactly what :meth:`MoEAdapter.save` writes for a model in memory, so
+``mlcore.hf.load_model`` and stock transformers read both alike. Peak memory: one layer and the
+weights outside the layers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from mlcore.compress.plan import CompressionPlan
+from mlcore.hf.adapter import MoEAdapter
+
+INDEX = "model.safetensors.index.json"
+
+
+def write_compressed(
+    source: Path,
+    plan: CompressionPlan,
+    target: Path,
+    *,
+    config_fields: dict[str, Any] | None = None,
+    on_layer: Callable[[int, int], Any] | None = None,
+) -> None:
+    """Write ``source`` with ``plan`` applied to the new folder ``target`` (module docstring)."""
+    from safetensors.torch import save_file
+
+    from mlcore.hf import adapt, layer_by_layer
+    from mlcore.hf.checkpoint import write_sidecar
+
+    target = Path(target)
+    target.mkdir(parents=True, exist_ok=False)
+    with layer_by_layer(source) as model:
+        adapter = adapt(model)
+        how = None if plan.novices else adapter.removal(plan.keep)
+        old_counts = {info.num_experts for info in adapter.layers}
+        moe = {info.index for info in adapter.layers}
+        stream = model.moelab_stream
+        weight_map: dict[str, str] = {}
+        total = 0
+        for index in range(len(stream.layers)):
+            with stream.hold(index) as layer, torch.no_grad():
+                if index in moe:
+                    _apply_to_layer(adapter, plan, index, how)
+                state = {f"model.layers.{index}.{name}": t.contiguous() for name, t in layer.state_dict().items()}
+                file = f"model-layer-{index:05d}.safetensors"
+                save_file(state, target / file, metadata={"format": "pt"})
+                weight_map.update(dict.fromkeys(state, file))
+                total += sum(t.numel() * t.element_size() for t in state.values())
+            if on_layer is not None:
+                on_layer(index + 1, len(stream.layers))
+        outside = _unshared({n: t for n, t in model.state_dict().items() if not n.startswith("model.layers.")})
+        save_file(outside, target / "model-outside.safetensors", metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(outside, "model-outside.safetensors"))
+        total += sum(t.numel() * t.element_size() for t in outside.values())
+        (target / INDEX).write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1, sort_keys=True)
+        )
+        if how == "slice" and plan.keep:
+            adapter.set_expert_count(len(next(iter(plan.keep.values()))), old_counts)
+        if plan.renormalize and hasattr(model.config, "norm_topk_prob"):
+            model.config.norm_topk_prob = True
+        for name, value in (config_fields or {}).items():
+            setattr(model.config, name, value)
+        model.config.save_pretrained(target)
+        # Masks and novices are attributes of the routers and experts modules, not tensors of the
+        # layers, so they outlive each layer's release and the sidecar sees every one.
+        write_sidecar(adapter, target)
+
+
+def _apply_to_layer(adapter: MoEAdapter, plan: CompressionPlan, index: int, how: str | None) -> None:
+    """Layer ``index``'s part of :func:`mlcore.compress.plan.apply_plan`, in the same order."""
+    if plan.novices:
+        if index in plan.novices:
+            adapter.replace_with_novices({index: plan.novices[index]})
+        return
+    experts = adapter.layer(index).experts
+    for expert, (gate_up, down) in plan.merged_weights.get(index, {}).items():
+        experts.gate_up_proj[expert] = gate_up.to(experts.gate_up_proj.dtype)
+        experts.down_proj[expert] = down.to(experts.down_proj.dtype)
+    router = adapter.layer(index).router
+    if plan.renormalize and hasattr(router, "norm_topk_prob"):
+        router.norm_topk_prob = True
+    if index in plan.keep and how is not None:
+        adapter.remove_in_layer(index, plan.keep[index], how)
+
+
+def _unshared(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Drop tensors that share memory with one kept before (a head tied to the embeddings):
+    safetensors stores each once, and loading ties them again."""
+    seen: set[int] = set()
+    kept = {}
+    for name, tensor in state.items():
+        pointer = tensor.untyped_storage().data_ptr()
+        if pointer in seen:
+            continue
+        seen.add(pointer)
+        kept[name] = tensor.contiguous()
+    return kept
