@@ -4,6 +4,7 @@ the web process. One major version everywhere: the browser's vega-lite, vl-conve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -30,6 +31,34 @@ EXPERT_FATES: dict[str, str] = {
 def fate_scale() -> dict[str, Any]:
     """The Vega-Lite colour scale of :data:`EXPERT_FATES` (domain and range fixed)."""
     return {"domain": list(EXPERT_FATES), "range": list(EXPERT_FATES.values())}
+
+
+#: One colour per watermark verdict, in every chart that shows verdicts. "not detected" is a
+#: neutral grey, not a warning: finding no mark is an answer, not an error.
+VERDICTS: dict[str, str] = {
+    "detected": "#2f6fdb",
+    "inconclusive": "#e69f00",
+    "not detected": "#9aa0a8",
+}
+
+
+def verdict_scale() -> dict[str, Any]:
+    """The Vega-Lite colour scale of :data:`VERDICTS` (domain and range fixed)."""
+    return {"domain": list(VERDICTS), "range": list(VERDICTS.values())}
+
+
+#: The dash pattern of each threshold rule in turn (:func:`with_rules`), told apart in the legend.
+RULE_DASHES: tuple[list[int], ...] = ([6, 3], [2, 2], [8, 3, 2, 3], [1, 3])
+
+
+def integer_ticks(low: int, high: int, *, most: int = 10) -> list[int]:
+    """Whole-number ticks a 1, 2 or 5 × 10ⁿ step apart from ``low`` up to the first at or past ``high``,
+    at most ``most`` steps. Vega's own ticks (even with ``tickMinStep``) put one at 0.5 on an axis
+    from 0 to 1, which a count cannot be; so axes of counts list their ticks."""
+    span = max(high - low, 1)
+    step = next(m * 10**e for e in range(19) for m in (1, 2, 5) if span / (m * 10**e) <= most)
+    first, last = math.floor(low / step) * step, math.ceil(high / step) * step
+    return list(range(first, max(last, first + step) + 1, step))
 
 
 def _sorted(encoding: dict[str, Any], order: Order) -> dict[str, Any]:
@@ -333,6 +362,83 @@ def error_bar_chart(
     }
 
 
+#: Half a histogram bar's width, in units of x: a little under ½, so neighbouring values stay two bars.
+HALF_BAR = 0.4
+
+
+def _listed_ticks(ticks: list[int]) -> dict[str, Any]:
+    # tickCount as many as listed: Vega thins listed ticks to its width-based count otherwise.
+    return {"values": ticks, "tickCount": len(ticks), "format": "d"}
+
+
+def count_histogram(
+    title: str,
+    rows: list[dict[str, Any]],
+    *,
+    x: str,
+    count: str,
+    x_title: str,
+    y_title: str,
+    x_range: tuple[int, int],
+    color: str | None = None,
+    color_title: str | None = None,
+    color_scale: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Counts (``count``) of an integer-valued ``x`` (bits matched, experts chosen): one bar per
+    integer, centred on it, on an axis over exactly ``x_range`` with whole-number ticks, and
+    whole-number ticks for the counts. A bar chart on a continuous axis would pad the domain past
+    both ends and tick the counts in halves; an ordinal axis would label every integer.
+
+    With ``color`` the bars of one x stack by that field, ``color_scale`` fixing each category's
+    colour whichever of them the rows hold. The rows stay as given (the page's data table and the
+    JSON download show them); the bar edges are computed in the spec."""
+    low, high = x_range
+    x_ticks = [tick for tick in integer_ticks(low, high) if low <= tick <= high]
+    x_enc: dict[str, Any] = {
+        "field": "bar_start",
+        "type": "quantitative",
+        "title": x_title,
+        "scale": {"domain": [low - 0.5, high + 0.5], "nice": False, "zero": False},
+        "axis": _listed_ticks(x_ticks),
+    }
+    # The tallest stack sets the count axis: ticks up to the first at or above it, and the domain with them.
+    stacks: dict[Any, float] = {}
+    for row in rows:
+        stacks[row[x]] = stacks.get(row[x], 0) + row[count]
+    y_ticks = integer_ticks(0, math.ceil(max(stacks.values(), default=1)), most=8)
+    y_enc: dict[str, Any] = {
+        "field": count,
+        "type": "quantitative",
+        "title": y_title,
+        "scale": {"domain": [0, y_ticks[-1]], "nice": False},
+        "axis": _listed_ticks(y_ticks),
+    }
+    encoding: dict[str, Any] = {
+        "x": x_enc,
+        "x2": {"field": "bar_end"},
+        "y": y_enc,
+        "tooltip": [{"field": x, "type": "quantitative", "title": x_title}, {"field": count, "title": y_title}],
+    }
+    if color is not None:
+        color_enc: dict[str, Any] = {"field": color, "type": "nominal", "title": color_title}
+        if color_scale is not None:
+            color_enc["scale"] = color_scale
+        encoding["color"] = color_enc
+        encoding["tooltip"].insert(1, {"field": color, "title": color_title})
+    return {
+        "$schema": VEGA_LITE,
+        "title": title,
+        "data": {"values": rows},
+        "transform": [
+            {"calculate": f"datum[{x!r}] - {HALF_BAR}", "as": "bar_start"},
+            {"calculate": f"datum[{x!r}] + {HALF_BAR}", "as": "bar_end"},
+        ],
+        # Vertical: with x and x2 both given, Vega-Lite would otherwise lay the bars on their side.
+        "mark": {"type": "bar", "orient": "vertical"},
+        "encoding": encoding,
+    }
+
+
 def with_rules(
     chart: dict[str, Any],
     rules: list[dict[str, Any]],
@@ -340,22 +446,38 @@ def with_rules(
     at: str,
     label: str,
     axis: Literal["x", "y"] = "x",
+    legend: str | None = "threshold",
+    edge: bool = False,
 ) -> dict[str, Any]:
     """``chart`` (a single view from this module) with a dashed rule at each of ``rules``' ``at``
-    values across the plot (thresholds: "detected from here"), named by ``label`` in a tooltip.
-    The rules carry their own rows, so a threshold no row reaches is still drawn."""
+    values across the plot (thresholds: "detected from here"), each named by its ``label`` in a
+    legend titled ``legend`` (one dash pattern per rule) and in a tooltip, so a reader of the
+    chart, or of its PNG, knows which line is which. The rules carry their own rows, so a threshold
+    no row reaches is still drawn.
+
+    ``edge`` draws each rule half a unit below its value, on the left edge of that value's bar in a
+    :func:`count_histogram`: the line then parts the bars under the threshold from those at or over
+    it instead of cutting the threshold's own bar in two."""
     view = {k: v for k, v in chart.items() if k not in ("$schema", "title")}
+    labels = list(dict.fromkeys(str(rule[label]) for rule in rules))
+    dashes = [RULE_DASHES[i % len(RULE_DASHES)] for i in range(len(labels))]
+    position = "rule_at" if edge else at
+    encoding: dict[str, Any] = {
+        axis: {"field": position, "type": "quantitative"},
+        "strokeDash": {"field": label, "type": "nominal", "scale": {"domain": labels, "range": dashes}},
+        "tooltip": [{"field": label, "title": legend or label}, {"field": at, "type": "quantitative"}],
+    }
+    if legend is None:
+        encoding["strokeDash"]["legend"] = None
+    else:
+        encoding["strokeDash"]["title"] = legend
+    layer: dict[str, Any] = {"data": {"values": rules}, "mark": {"type": "rule", "strokeWidth": 1.5}}
+    if edge:
+        layer["transform"] = [{"calculate": f"datum[{at!r}] - 0.5", "as": "rule_at"}]
     return {
         "$schema": chart.get("$schema", VEGA_LITE),
         "title": chart["title"],
-        "layer": [
-            view,
-            {
-                "data": {"values": rules},
-                "mark": {"type": "rule", "strokeDash": [4, 3]},
-                "encoding": {axis: {"field": at, "type": "quantitative"}, "tooltip": [{"field": label}]},
-            },
-        ],
+        "layer": [view, {**layer, "encoding": encoding}],
     }
 
 

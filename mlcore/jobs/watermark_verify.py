@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlcore.charts import bar_chart, with_rules
+from mlcore.charts import bar_chart, count_histogram, verdict_scale, with_rules
 from mlcore.jobs import Comparison, Dataset, Estimate, File, Float, JobContext, JobError, JobSpec, Metric, Model
 from mlcore.watermark.disclosure import FOREIGN_MATCHES, OWN_FIELDS, PUBLIC_WEIGHTS_NOTE
 
@@ -209,27 +209,26 @@ def _histogram(rows: list[dict[str, Any]], thresholds: dict[str, Any]) -> dict[s
         key = (row["bits_matched"], row["verdict"])
         counts[key] = counts.get(key, 0) + 1
     values = [{"bits_matched": s, "verdict": v, "images": n} for (s, v), n in sorted(counts.items())]
+    # Named in the legend with where each verdict starts; drawn at the edge of that S's bar.
     rules = [
-        {"bits": thresholds[name], "threshold": label}
-        for name, label in (("detect_bits", "detection"), ("suspicious_bits", "suspicious"))
+        {"bits": thresholds[name], "threshold": f"{verdict} from S = {thresholds[name]}"}
+        for name, verdict in (("detect_bits", "detected"), ("suspicious_bits", "inconclusive"))
         if thresholds[name] is not None
     ]
     # One row per (bits, verdict): the bars of one S stack by verdict, each colour fixed per verdict.
-    bars = bar_chart(
+    bars = count_histogram(
         "Images by bits matched",
         values,
         x="bits_matched",
-        y="images",
+        count="images",
         x_title="bits matched (S)",
         y_title="images",
-        x_type="quantitative",
-        keep_order=False,
-        x_domain=(0, thresholds["num_bits"]),
+        x_range=(0, thresholds["num_bits"]),
         color="verdict",
         color_title="verdict",
-        color_domain=["detected", "inconclusive", "not detected"],
+        color_scale=verdict_scale(),
     )
-    return with_rules(bars, rules, at="bits", label="threshold")
+    return with_rules(bars, rules, at="bits", label="threshold", edge=True)
 
 
 def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -246,24 +247,92 @@ def test_error_bars_without_groups_have_no_offset_or_colour() -> None:
     compiled(spec)
 
 
-def test_threshold_rules_carry_their_own_rows_beside_the_chart() -> None:
+def test_threshold_rules_carry_their_own_rows_beside_the_chart_and_are_named_in_a_legend() -> None:
     bars = charts.bar_chart("Bits", ROWS, x="step", y="value", x_title="S", y_title="N", x_type="quantitative")
-    rules = [{"bits": 2, "threshold": "detection"}]
+    rules = [{"bits": 2, "threshold": "detection"}, {"bits": 1, "threshold": "suspicious"}]
     spec = charts.with_rules(bars, rules, at="bits", label="threshold")
     assert spec["title"] == "Bits" and "data" not in spec
     view, rule = spec["layer"]
     assert view == {"data": {"values": ROWS}, "mark": "bar", "encoding": bars["encoding"]}
     assert rule["data"] == {"values": rules}
-    assert rule["encoding"] == {"x": {"field": "bits", "type": "quantitative"}, "tooltip": [{"field": "threshold"}]}
+    assert rule["encoding"]["x"] == {"field": "bits", "type": "quantitative"}
+    # One dash pattern per rule, named in a legend (a PNG has no tooltip).
+    dash = rule["encoding"]["strokeDash"]
+    assert dash["field"] == "threshold" and dash["title"] == "threshold"
+    assert dash["scale"]["domain"] == ["detection", "suspicious"] and len(set(map(tuple, dash["scale"]["range"]))) == 2
     values = inline_values(compiled(spec))
     assert ROWS in values and rules in values
+    assert [row[0] for row in legend_labels(svg(spec))[-2:]] == ["detection", "suspicious"]
 
 
 def test_horizontal_threshold_rules_sit_on_the_y_axis() -> None:
     lines = charts.lines("Loss", ROWS, x="step", y="value", x_title="Step", y_title="Loss")
-    spec = charts.with_rules(lines, [{"v": 0.5, "name": "target"}], at="v", label="name", axis="y")
-    assert set(spec["layer"][1]["encoding"]) == {"y", "tooltip"}
+    spec = charts.with_rules(lines, [{"v": 0.5, "name": "target"}], at="v", label="name", axis="y", legend=None)
+    assert set(spec["layer"][1]["encoding"]) == {"y", "strokeDash", "tooltip"}
+    assert spec["layer"][1]["encoding"]["strokeDash"]["legend"] is None
     compiled(spec)
+
+
+def svg(spec: dict[str, Any]) -> str:
+    return vl_convert.vegalite_to_svg(spec)
+
+
+def axis_labels(drawn: str) -> dict[str, list[str]]:
+    """Each axis of a drawn chart (SVG) by its title: the tick labels it shows."""
+    found = {}
+    for part in drawn.split('class="mark-group role-axis"')[1:]:
+        title = re.search(r"role-axis-title.*?<text[^>]*>([^<]*)</text>", part, re.S)
+        labels = re.search(r"role-axis-label.*?</g>", part, re.S)
+        if title and labels:
+            found[title.group(1)] = re.findall(r"<text[^>]*>([^<]*)</text>", labels.group(0))
+    return found
+
+
+def legend_labels(drawn: str) -> list[list[str]]:
+    return [re.findall(r"<text[^>]*>([^<]*)</text>", g) for g in re.findall(r"role-legend-label.*?</g>", drawn, re.S)]
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "ticks"),
+    [
+        (0, 1, [0, 1]),
+        (0, 0, [0, 1]),
+        (0, 2, [0, 1, 2]),
+        (0, 23, [0, 5, 10, 15, 20, 25]),
+        (0, 48, [0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50]),
+        (0, 1000, list(range(0, 1001, 100))),
+        (3, 9, [3, 4, 5, 6, 7, 8, 9]),
+    ],
+)
+def test_integer_ticks_step_by_whole_numbers_up_to_the_top(low: int, high: int, ticks: list[int]) -> None:
+    assert charts.integer_ticks(low, high) == ticks
+
+
+def test_a_count_histogram_draws_whole_numbers_over_exactly_its_range() -> None:
+    rows = [{"s": 22, "verdict": "not detected", "n": 1}, {"s": 47, "verdict": "detected", "n": 1}]
+    spec = charts.count_histogram(
+        "Images", rows, x="s", count="n", x_title="bits", y_title="images", x_range=(0, 48),
+        color="verdict", color_title="verdict", color_scale=charts.verdict_scale(),
+    )  # fmt: skip
+    assert spec["data"] == {"values": rows}  # the data table and the JSON download show the rows as given
+    drawn = axis_labels(svg(spec))
+    # Not -5 to 50 with ticks at half an image: 0 to 48 (and no further) and whole images.
+    assert drawn["bits"] == ["0", "5", "10", "15", "20", "25", "30", "35", "40", "45"]
+    assert drawn["images"] == ["0", "1"]
+    scales = {s["name"]: s for s in compiled(spec)["scales"]}
+    assert scales["x"]["domain"] == [-0.5, 48.5] and scales["x"].get("nice") is False
+    # "not detected" is the neutral grey: no mark found is not an error.
+    assert dict(zip(scales["color"]["domain"], scales["color"]["range"], strict=True))["not detected"] == "#9aa0a8"
+
+
+def test_a_threshold_on_a_histogram_sits_between_the_bars_under_it_and_those_at_it() -> None:
+    rows = [{"s": 40, "n": 2}, {"s": 41, "n": 3}]
+    bars = charts.count_histogram("Images", rows, x="s", count="n", x_title="S", y_title="images", x_range=(0, 48))
+    spec = charts.with_rules(bars, [{"s": 41, "what": "detected from S = 41"}], at="s", label="what", edge=True)
+    assert spec["layer"][1]["transform"] == [{"calculate": "datum['s'] - 0.5", "as": "rule_at"}]
+    drawn = svg(spec)
+    assert axis_labels(drawn)["images"] == ["0", "1", "2", "3"]
+    assert ["detected from S = 41"] in legend_labels(drawn)
 
 
 def test_small_multiples_keep_the_chart_and_size_each_cell_explicitly() -> None:

@@ -18,6 +18,7 @@ from mlcore.charts import VEGA_LITE
 from mlcore.jobs.spec import JobSpec
 from webapp.jobs.models import Job
 from webapp.jobs.readout import Readout
+from webapp.jobs.selectors import artifacts_of
 
 
 def safe_filename(name: str) -> str:
@@ -160,8 +161,9 @@ MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "video/mp4", "application
 
 
 def media_rows(jobs: Sequence[Job]) -> list[dict[str, Any]]:
-    """Artifacts to look at side by side: per artifact name, each job's image, video or point cloud."""
-    per_job = [{a.name: a for a in job.artifacts.all() if a.media_type in MEDIA_TYPES} for job in jobs]
+    """Artifacts to look at side by side: per artifact name, each job's image, video or point cloud,
+    from the job's latest attempt (what its own page shows; an earlier attempt's file stays in storage)."""
+    per_job = [{a.name: a for a in artifacts_of(job) if a.media_type in MEDIA_TYPES} for job in jobs]
     names = sorted({name for found in per_job for name in found})
     return [
         {"name": name, "cells": [(job, found.get(name)) for job, found in zip(jobs, per_job, strict=True)]}

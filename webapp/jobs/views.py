@@ -29,6 +29,7 @@ from webapp.jobs.models import Job, JobArtifact
 from webapp.security import client_ip
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif")
+POINT_CLOUD = "application/x-ply"
 
 
 def _kind_or_404(name: str) -> Kind:
@@ -102,6 +103,20 @@ def _results_version(job: Job, artifacts: list[JobArtifact]) -> str:
     return hashlib.sha1(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _previewed_clouds(artifacts: list[JobArtifact]) -> dict[str, str]:
+    """The point clouds a result page does not draw in 3D, each with the preview drawn for it.
+
+    A kind that records a preview for the viewer (a PLY named ``preview…``: pointcloud-segment's
+    downsampled labelled cloud) means it to stand for its full-size clouds, which download: drawing
+    both shows the same scene twice, each viewer with a WebGL context and the points in memory.
+    Clouds of a job without a preview are different scenes, and each is drawn."""
+    clouds = [a for a in artifacts if a.media_type == POINT_CLOUD]
+    previews = [a.name for a in clouds if a.name.rsplit("/", 1)[-1].startswith("preview")]
+    if not previews:
+        return {}
+    return {a.name: previews[0] for a in clouds if a.name not in previews}
+
+
 def _results_context(job: Job) -> dict[str, Any]:
     """Charts, artifacts, and the side panels (parameters, inputs, provenance, related runs)."""
     artifacts = list(selectors.artifacts_of(job))
@@ -114,6 +129,7 @@ def _results_context(job: Job) -> dict[str, Any]:
         "charts": charts.chart_list(job, leave_out=shown["name"] if shown and shown["stored"] else ""),
         "images": [a for a in artifacts if a.media_type in IMAGE_TYPES],
         "files": [a for a in artifacts if a.media_type not in IMAGE_TYPES],
+        "previewed": _previewed_clouds(artifacts),
         "artifact_count": len(artifacts),
         "results_version": _results_version(job, artifacts),
         "param_rows": _param_rows(job),

@@ -11,13 +11,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from django.utils import timezone
+
 from mlcore.errors import JobError
 from mlcore.jobs.params import Key
 from mlcore.jobs.registry import Kind
 from webapp.accounts.models import Team
 from webapp.jobs.models import Job
 from webapp.jobs.references import Param, ReferenceSource, SecretWriter
-from webapp.library.selectors import item_for_reference, picker_items
+from webapp.library.models import LibraryItem
+from webapp.library.selectors import item_for_reference, like_named, picker_items
 from webapp.library.services import record_uses
 from webapp.library.storage import local_copy
 
@@ -43,7 +46,20 @@ def _fetch(param: Param, reference: str, team: Team | int | None, secret: Secret
 def _options(param: Param, team: Team) -> list[tuple[str, str]]:
     if isinstance(param, Key):
         return []
-    return [(i.reference, f"{i.name} ({i.kind}, library)") for i in picker_items(team, param.accepts)]
+    items = list(picker_items(team, param.accepts))
+    alike = like_named(items)
+    return [(i.reference, option_label(i, like_named=i.pk in alike)) for i in items]
+
+
+def option_label(item: LibraryItem, *, like_named: bool) -> str:
+    """``corpus (text, library:12)``; an item whose name another shares also says what tells them
+    apart: the short hash, when it was added, the job that made it."""
+    label = f"{item.name} ({item.kind}, {item.reference}"
+    if like_named:
+        label += f", {item.sha256[:8]}, added {timezone.localtime(item.created_at):%d %b %Y %H:%M}"
+        if item.produced_by_id:
+            label += f", made by job {str(item.produced_by_id)[:8]}"
+    return label + ")"
 
 
 def _submitted(job: Job, kind: Kind, params: Mapping[str, Any]) -> None:

@@ -3,7 +3,10 @@ outsiders get 404, a viewer asking to write gets 403, and only owners may delete
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -27,6 +30,19 @@ def items_for_team(team: Team, *, category: str | None = None) -> QuerySet[Libra
     if category:
         items = items.filter(kind__in=CATEGORY_KINDS[category])
     return items.order_by("-created_at", "-id")
+
+
+def name_key(name: str) -> str:
+    """What a reader takes a name for: case, spaces and punctuation aside ("Corpus v1", "corpus-v1")."""
+    return re.sub(r"[\W_]+", "", name.casefold()) or name
+
+
+def like_named(items: Iterable[LibraryItem]) -> set[int]:
+    """The ids of the items whose name another of ``items`` shares, as :func:`name_key` compares
+    names: the pages show those with what tells them apart (id, short hash, date, the job that made them)."""
+    items = list(items)
+    counts = Counter(name_key(item.name) for item in items)
+    return {item.pk for item in items if counts[name_key(item.name)] > 1}
 
 
 def builtins(category: str | None = None) -> list[BuiltinItem]:
@@ -94,9 +110,11 @@ def users_of(item: LibraryItem) -> QuerySet[LibraryUse]:
     return LibraryUse.objects.filter(item=item).select_related("job").order_by("-created_at")
 
 
+def made_by(job: Any) -> list[LibraryItem]:
+    """The items a job added to the library (registered outputs and files added from its page)."""
+    return list(LibraryItem.objects.filter(produced_by=job).order_by("created_at", "id"))
+
+
 def lineage_of_job(job: Any) -> dict[str, list[Any]]:
     """What a job used from the library and what it added to it."""
-    return {
-        "used": list(LibraryUse.objects.filter(job=job).select_related("item")),
-        "made": list(LibraryItem.objects.filter(produced_by=job).order_by("created_at", "id")),
-    }
+    return {"used": list(LibraryUse.objects.filter(job=job).select_related("item")), "made": made_by(job)}

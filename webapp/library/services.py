@@ -29,6 +29,7 @@ from webapp.accounts.models import Membership, Team
 from webapp.jobs.models import Job, JobArtifact
 from webapp.library import storage
 from webapp.library.models import ChunkedUpload, LibraryItem, LibraryUse
+from webapp.library.offers import artifact_format
 from webapp.library.selectors import item_for_reference
 
 CHUNK_READ = 1 << 20
@@ -50,7 +51,13 @@ class ItemInUse(LibraryError):
     def __init__(self, item: LibraryItem, jobs: list[Job]) -> None:
         self.jobs = jobs
         names = ", ".join(str(job.pk)[:8] for job in jobs)
-        super().__init__(f"{item.name} is used by {len(jobs)} job(s): {names}. Delete those jobs first.")
+        those = "that job" if len(jobs) == 1 else "those jobs"
+        super().__init__(f"{item.name} is used by {_count(len(jobs), 'job')}: {names}. Delete {those} first.")
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 job``, ``3 jobs``: counts in messages agree with their noun."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _require_write(team: Team, user: AbstractBaseUser) -> None:
@@ -209,6 +216,8 @@ def item_register_path(*, team: Team, user: AbstractBaseUser, name: str, kind: s
 def item_promote(*, artifact: JobArtifact, user: AbstractBaseUser, kind: str, name: str = "") -> LibraryItem:
     """Offer a job's artifact to the library with one click; it is validated like an upload."""
     _require_write(artifact.job.team, user)
+    if not kind:
+        raise LibraryError(f"Choose the library kind of {artifact.name} (what it is), then add it again.")
     kind = _checked_kind(kind)
     with artifact.file.open("rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
@@ -221,7 +230,7 @@ def item_promote(*, artifact: JobArtifact, user: AbstractBaseUser, kind: str, na
             team=team,
             name=_checked_name(name or artifact.name),
             kind=kind,
-            format=Path(artifact.file.name).suffix.lstrip(".") or "file",
+            format=artifact_format(artifact) or "unknown",
             size=artifact.size,
             sha256=digest,
             source=LibraryItem.Source.JOB,

@@ -33,11 +33,13 @@ def index(request: HttpRequest, team_slug: str) -> HttpResponse:
     membership = membership_for(request.user, team_slug)
     remember_team(request, membership.team)
     tab = request.GET.get("tab") if request.GET.get("tab") in TABS else "models"
+    items = list(selectors.items_for_team(membership.team, category=tab))
     context = {
         "team": membership.team,
         "membership": membership,
         "tab": tab,
-        "items": selectors.items_for_team(membership.team, category=tab),
+        "items": items,
+        "like_named": selectors.like_named(items),
         "builtins": selectors.builtins(tab),
         "nav": "library",
     }

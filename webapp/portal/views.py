@@ -62,7 +62,7 @@ def verify(request: HttpRequest) -> HttpResponse:
         )
     team_ids = selectors.team_ids_of(request.user)
     try:
-        image = check_upload(upload)
+        image = check_upload(upload, thumbnail=True)
         only_teams = services.check_budget(address=ratelimit.client_ip(request), team_ids=team_ids)
         answer = services.check_images([image], only_teams=only_teams)
     except UploadRefused as exc:
@@ -80,8 +80,13 @@ def verify(request: HttpRequest) -> HttpResponse:
     shared = request.POST.get("share") == "on"
     if shared:
         services.share_image(image, verdict=match["verdict"], organisation=result["organisation"])
-    context = _verify_context(request, result=result, image_name=image.name, shared=shared)
-    return render(request, "portal/verify.html", context)
+    context = _verify_context(
+        request, result=result, image_name=image.name, thumbnail=image.thumbnail_url, shared=shared
+    )
+    response = render(request, "portal/verify.html", context)
+    # The answer holds a thumbnail of the image: no cache (the browser's or a proxy's) keeps it.
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @login_required

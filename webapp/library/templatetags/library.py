@@ -1,4 +1,5 @@
-"""Library pieces on other apps' pages: a job's lineage panel and the promote-artifact button."""
+"""Library pieces on other apps' pages: a job's lineage panel, and beside each of its files either
+"in the library" or the "Add to library" button."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from typing import Any
 
 from django import template
 
-from mlcore.items.registry import all_item_kinds
-from webapp.library.selectors import lineage_of_job
+from webapp.library.offers import Offer, offer_for
+from webapp.library.selectors import lineage_of_job, made_by
 
 register = template.Library()
 
@@ -18,33 +19,14 @@ def job_lineage(job: Any) -> dict[str, Any]:
 
 
 @register.inclusion_tag("library/_promote.html", takes_context=True)
-def promote_button(context: template.Context, job: Any, artifact: Any) -> dict[str, Any]:
-    return {"job": job, "artifact": artifact, "kinds": kinds_for(artifact), "csrf_token": context.get("csrf_token")}
-
-
-#: An artifact's media type as the library's upload formats name it (``mlcore.sniff``).
-MEDIA_FORMATS = {
-    "application/zip": "zip",
-    "application/x-tar": "tar",
-    "application/gzip": "tar",
-    "text/plain": "txt",
-    "text/csv": "csv",
-    "application/json": "json",
-    "application/jsonl": "jsonl",
-    "image/png": "png",
-    "image/jpeg": "jpeg",
-    "image/webp": "webp",
-    "application/x-ply": "ply",
-}
-
-
-def kinds_for(artifact: Any) -> list[str]:
-    """The library kinds an artifact could be, by its format: a video, a chart's JSON or a report
-    is none (no "Add to library" then), and a ZIP is offered as the kinds archives can hold."""
-    fmt = MEDIA_FORMATS.get(getattr(artifact, "media_type", ""), "")
-    if not fmt:
-        return []
-    return [kind.name for kind in all_item_kinds() if fmt in kind.formats]
+def promote_button(context: template.Context, job: Any, artifact: Any, writable: bool = False) -> dict[str, Any]:
+    """A file of a finished job: "in the library" with a link when the job already put it there;
+    else, to a member who may write and for a job that succeeded, "Add to library" with the kinds
+    its content can be (:mod:`webapp.library.offers`)."""
+    offer = Offer()
+    if job.is_terminal:
+        offer = offer_for(artifact, made_by(job), may_add=writable and job.status == "succeeded")
+    return {"job": job, "artifact": artifact, "offer": offer, "csrf_token": context.get("csrf_token")}
 
 
 #: The card's fields in reading order, with their labels; anything else follows, as recorded.
