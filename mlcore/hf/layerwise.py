@@ -54,13 +54,12 @@ class ShardIndex:
     def read(self, names: list[str]) -> dict[str, Tensor]:
         from safetensors import safe_open
 
-        by_file: dict[Path, list[str]] = defaultdict(list)
-        for name in names:
-            by_file[self.location[name]].append(name)
         tensors = {}
-        for file, wanted in by_file.items():
-            with safe_open(file, framework="pt") as shard:
-                tensors.update({name: shard.get_tensor(self.disk_name[name]) for name in wanted})
+        # One tensor per opening: pages of a mapped shard count as resident until it is closed, so
+        # reading a whole layer through one mapping would hold the layer twice at its peak.
+        for name in names:
+            with safe_open(self.location[name], framework="pt") as shard:
+                tensors[name] = shard.get_tensor(self.disk_name[name])
         return tensors
 
     def names(self, keep: Callable[[str], bool]) -> list[str]:
