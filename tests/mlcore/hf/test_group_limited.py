@@ -1,5 +1,6 @@
 """Group-limited routing (DeepSeek): removal keeps the shapes and masks router rows."""
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +63,38 @@ def test_it_refuses_a_mask_that_leaves_a_group_too_few_experts() -> None:
     # Group 0 keeps one expert, so only one group can be chosen but two are needed.
     with pytest.raises(HFModelError, match="topk_group=2 groups"):
         adapter.remove_experts({info.index: [0, 4, 5, 6, 7] for info in adapter.layers})
+
+
+def test_the_export_without_novices_under_group_limited_routing_serves_in_stock_transformers(tmp_path: Path) -> None:
+    """Deleting novices would break the contiguous index groups, so the export masks them in the
+    selection bias: a stock checkpoint that stock transformers serves with the export's logits."""
+    from transformers import AutoModelForCausalLM
+
+    model = build("deepseek_v3", **GROUPED["deepseek_v3"])
+    adapter = adapt(model)
+    hidden = adapter.layers[0].hidden
+    pruned = [e for e in range(8) if e not in KEEP]
+    adapter.replace_with_novices(
+        {info.index: {e: torch.full((hidden,), 0.1 * e) for e in pruned} for info in adapter.layers}
+    )
+    exported = adapter.save_without_novices(tmp_path)
+    # Unmarked: a stock type that plain loaders accept (the sidecar only records the masks it carries).
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "deepseek_v3"
+    assert not exported.novices
+    assert all(mask.tolist() == [i not in KEEP for i in range(8)] for mask in exported.masks.values())
+    stock = AutoModelForCausalLM.from_pretrained(tmp_path, use_safetensors=True).eval()
+    torch.testing.assert_close(logits(stock, token_ids()), logits(exported.model, token_ids()), rtol=0, atol=1e-6)
+    # A masked expert is never chosen by the stock model either.
+    chosen: list[Any] = []
+    with torch.no_grad(), adapt(stock).capture_routing(lambda layer, e, g, lg: chosen.append(e)):
+        stock(token_ids(length=24), use_cache=False)
+    assert chosen and not any(bool(torch.isin(e, torch.tensor(pruned)).any()) for e in chosen)
+
+
+def test_the_export_without_novices_is_refused_where_group_limited_routing_has_no_selection_term() -> None:
+    model = build("deepseek_v2", **GROUPED["deepseek_v2"])
+    adapter = adapt(model)
+    hidden = adapter.layers[0].hidden
+    adapter.replace_with_novices({info.index: {2: torch.zeros(hidden)} for info in adapter.layers})
+    with pytest.raises(HFModelError, match="no per-expert selection term"):
+        adapter.save_without_novices(Path("unused"))
