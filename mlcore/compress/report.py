@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from mlcore import charts
 from mlcore.compress.plan import CompressionPlan
@@ -90,4 +91,53 @@ def quality_vs_ratio(rows: list[dict[str, Any]], measure: str, title: str) -> di
         color="method",
         color_title="Method",
         points=True,
+    )
+
+
+#: Above this share of a source's top-k gate mass on novices, the job warns: calibrated on one
+#: domain, MoNE's compressed zoo models send 5-18% in-domain and 25-64% on other sources
+#: (bench/results/compress-traffic.md).
+HIGH_NOVICE_MASS = 0.25
+
+
+class NoviceTraffic:
+    """Σ gate weight landing on novices / Σ gate weight, per evaluation source, over every MoE
+    layer's top-k slots: the share of the layers' routed output that no longer depends on the
+    token. Fed by ``MoEAdapter.capture_routing``; ``HeldOut.evaluate(before_source=...)`` says
+    which source is running."""
+
+    def __init__(self, novices: dict[int, list[int]]) -> None:
+        self.novices = {layer: torch.tensor(sorted(ids), dtype=torch.long) for layer, ids in novices.items()}
+        self.source: str | None = None
+        self.sums: dict[str, list[float]] = {}
+
+    def start(self, source: str | None) -> None:
+        self.source = source
+
+    def on_routing(self, layer: int, ids: Tensor, gates: Tensor, _logits: Any) -> None:
+        if self.source is None or layer not in self.novices:
+            return
+        on_novice = torch.isin(ids, self.novices[layer].to(ids.device))
+        total = self.sums.setdefault(self.source, [0.0, 0.0])
+        total[0] += float(gates.float()[on_novice].sum())
+        total[1] += float(gates.float().sum())
+
+    def shares(self) -> dict[str, float]:
+        return {source: mass / total for source, (mass, total) in self.sums.items() if total > 0}
+
+
+def novice_traffic_chart(shares: dict[str, float], calibration: str, label: str) -> dict[str, Any]:
+    rows = [
+        {"source": source, "share": share, "calibrated on it": "yes" if source == calibration else "no"}
+        for source, share in shares.items()
+    ]
+    return charts.bar_chart(
+        f"Gate mass on novices per evaluation source ({label})",
+        rows,
+        x="source",
+        y="share",
+        x_title="Evaluation source",
+        y_title="Share of top-k gate mass on novices",
+        color="calibrated on it",
+        color_title="Calibrated on it",
     )

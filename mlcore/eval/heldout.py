@@ -22,13 +22,20 @@ class HeldOut:
     cloze: dict[str, list[ClozeItem]]
 
     def evaluate(
-        self, model: Any, tokenizer: Any, *, on_progress: Callable[[float, str], Any] | None = None
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        on_progress: Callable[[float, str], Any] | None = None,
+        before_source: Callable[[str | None], Any] | None = None,
     ) -> dict[str, Any]:
         """``perplexity`` per source and their geometric mean, cloze ``acc``/``acc_norm`` per task and mean.
 
         ``on_progress(fraction, stage)`` hears where the evaluation is after every batch
         (``"stdlib-docs perplexity, window 48 of 256"``, ``"shakespeare cloze, item 40 of 100"``);
         the fraction weighs each part by the sequences it runs through the model.
+        ``before_source(name)`` is told which source's held-out windows the next forwards run
+        (``None`` before the cloze suite), for hooks that measure something per source.
         """
         sequences = sum(len(w) for w in self.windows.values())
         sequences += sum(len(item.choices) for items in self.cloze.values() for item in items)
@@ -46,11 +53,15 @@ class HeldOut:
 
         ppl = {}
         for name, windows in self.windows.items():
+            if before_source is not None:
+                before_source(name)
             ppl[name] = math.exp(
                 mean_nll(model, windows, on_batch=reporter(len(windows), f"{name} perplexity", "window"))
             )
             offset += len(windows)
         cloze = {}
+        if before_source is not None:
+            before_source(None)
         for name, items in self.cloze.items():
             weight = sum(len(item.choices) for item in items)
             on_batch = reporter(weight, f"{name} cloze", "item")

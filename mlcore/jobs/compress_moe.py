@@ -345,7 +345,7 @@ def _compress(
     from mlcore.compress.methods import NEEDS_LAYER_INPUTS, compressed_copy, make_plan
     from mlcore.compress.naee import CALIBRATION_ROWS
     from mlcore.compress.plan import experts_to_keep
-    from mlcore.compress.report import sizes
+    from mlcore.compress.report import NoviceTraffic, sizes
     from mlcore.compress.streamed import write_compressed
     from mlcore.data.registry import TEXT_SOURCES
     from mlcore.eval.heldout import prepare_heldout
@@ -381,6 +381,7 @@ def _compress(
         spill_dir=ctx.workdir,
     )
     ctx.log(f"calibrated on {calibration.tokens} tokens of {source_name} ({len(windows)} sequences)")
+    _log_coverage(ctx, calibration, source_name)
     _expert_charts(ctx, calibration)
 
     ctx.progress(CALIBRATION_SPAN[1], "preparing the held-out evaluation")
@@ -426,7 +427,18 @@ def _compress(
             # The first variant with novices is evaluated twice (with them, and as the stock export without).
             evaluated = planned + (1 - planned) / (2 if saved is None and plan.novices else 1)
             evaluating = variant.part(planned, evaluated, f"evaluating {method} at ratio {ratio:g}")
-            result = _evaluate_variant(compressed, compressed_adapter, heldout, tokenizer, baseline, evaluating)
+            traffic = NoviceTraffic(plan.pruned(num_experts)) if plan.novices else None
+            if traffic is not None:
+                variant_stack.enter_context(compressed_adapter.capture_routing(traffic.on_routing))
+            result = _evaluate_variant(
+                compressed,
+                compressed_adapter,
+                heldout,
+                tokenizer,
+                baseline,
+                evaluating,
+                before_source=None if traffic is None else traffic.start,
+            )
         row = {"method": method, "ratio": ratio, "keep": keeps[ratio], **_flat(result)}
         rows.append(row)
         _metrics(ctx, f"{method}@{ratio:g}", result)
@@ -435,6 +447,8 @@ def _compress(
             f"cloze acc {result.get('acc', float('nan')):.3f}"
         )
         ctx.chart(f"pruned-map-{method}-{ratio:g}", _pruned_map(plan, num_experts, method, ratio))
+        if traffic is not None:
+            row["novice_mass"] = _report_traffic(ctx, traffic.shares(), source_name, f"{method}@{ratio:g}")
         if saved is None:
             variant(evaluated, "saving the checkpoint")
             if streamed:
@@ -475,6 +489,45 @@ def _compress(
     return {"rows": len(rows)}
 
 
+def _log_coverage(ctx: JobContext, calibration: Any, source_name: str) -> None:
+    """Which evaluation sources the calibration text is, and the experts it never reached (their
+    statistics, and a novice's constant, rest on no token)."""
+    from mlcore.data.registry import TEXT_SOURCES
+
+    others = [name for name in TEXT_SOURCES if name != source_name]
+    if source_name in TEXT_SOURCES:
+        ctx.log(
+            f"calibration covers {source_name} only of the evaluation sources; {', '.join(others)} are other "
+            "domains, where pruned experts may carry more traffic (see the novice gate mass per source)"
+        )
+    else:
+        ctx.log(f"calibration text {source_name} is none of the evaluation sources ({', '.join(TEXT_SOURCES)})")
+    unrouted = int((calibration.statistics.count == 0).sum())
+    if unrouted:
+        ctx.log(
+            f"warning: {unrouted} (layer, expert) pairs received no calibration token; their scores and novice "
+            "vectors rest on nothing: calibrate on more, or more varied, text"
+        )
+    ctx.metric("calibration/unrouted_experts", unrouted)
+
+
+def _report_traffic(ctx: JobContext, shares: dict[str, float], source_name: str, label: str) -> dict[str, float]:
+    """The novice gate mass per evaluation source as metrics and a chart, with a warning where it is high."""
+    from mlcore.compress.report import HIGH_NOVICE_MASS, novice_traffic_chart
+
+    for source, share in shares.items():
+        ctx.metric(f"{label}/novice_mass_{source}", share)
+    ctx.chart(f"novice-mass-{label}", novice_traffic_chart(shares, source_name, label))
+    high = {source: share for source, share in shares.items() if share > HIGH_NOVICE_MASS}
+    if high:
+        listed = ", ".join(f"{source} {share:.0%}" for source, share in high.items())
+        ctx.log(
+            f"warning: {label} routes much of some sources' top-k gate mass to novices (constants): {listed}. Those "
+            "tokens lose the pruned experts' answers; calibrate on text like the model's use (a mix of its domains)."
+        )
+    return shares
+
+
 def _evaluate_variant(
     model: Any,
     adapter: Any,
@@ -482,10 +535,13 @@ def _evaluate_variant(
     tokenizer: Any,
     baseline: dict[str, Any],
     on_progress: Callable[[float, str], Any],
+    *,
+    before_source: Callable[[str | None], Any] | None = None,
 ) -> dict[str, Any]:
     from mlcore.compress.report import sizes
 
-    result = {**heldout.evaluate(model, tokenizer, on_progress=on_progress), **sizes(model, adapter)}
+    evaluated = heldout.evaluate(model, tokenizer, on_progress=on_progress, before_source=before_source)
+    result = {**evaluated, **sizes(model, adapter)}
     result["delta_ppl"] = result["ppl_mean"] - baseline["ppl_mean"]
     if "acc" in baseline:
         result["delta_acc"] = result["acc"] - baseline["acc"]

@@ -221,3 +221,40 @@ def test_layer_by_layer_it_refuses_methods_that_need_every_experts_weights(tiny_
         {"calibration_file": [calibration_file]},
     )
     assert outcome.status == "failed" and "hc-smoe need every expert's weights" in outcome.error
+
+
+def test_the_report_shows_novice_gate_mass_per_source_and_what_calibration_covered(tiny_lm):
+    raw = {"model": str(tiny_lm), "dataset": "zoo:shakespeare", "methods": "mone,frequency", "ratios": "0.5"}
+    outcome, ctx = run(raw)
+    assert outcome.status == "succeeded", outcome.traceback
+    scalars = ctx.metrics.scalars
+    shares = {k: v for k, v in scalars.items() if k.startswith("mone@0.5/novice_mass_")}
+    assert set(shares) == {f"mone@0.5/novice_mass_{s}" for s in ("shakespeare", "stdlib-docs", "stdlib-source")}
+    assert all(0 < v < 1 for v in shares.values())
+    assert not any(k.startswith("frequency@0.5/novice_mass") for k in scalars)  # deletion leaves no novices
+    assert "novice-mass-mone@0.5" in ctx.charts
+    assert any(line.startswith("calibration covers shakespeare only") for line in ctx.lines)
+    row = json.loads(ctx.artifacts["report.json"].path.read_text())["compressed"][0]
+    assert row["novice_mass"]["shakespeare"] == pytest.approx(scalars["mone@0.5/novice_mass_shakespeare"])
+
+
+def test_novice_traffic_counts_gate_mass_on_novices_per_source_and_warns_when_high():
+    import torch
+
+    from mlcore.compress.report import NoviceTraffic
+    from mlcore.jobs.compress_moe import _report_traffic
+
+    traffic = NoviceTraffic({0: [2, 3]})
+    ids, gates = torch.tensor([[0, 2], [3, 1]]), torch.tensor([[0.6, 0.4], [0.5, 0.5]])
+    traffic.start("prose")
+    traffic.on_routing(0, ids, gates, None)
+    traffic.on_routing(1, ids, gates, None)  # a layer without novices adds nothing
+    traffic.start("code")
+    traffic.on_routing(0, ids, torch.tensor([[0.9, 0.1], [0.1, 0.9]]), None)
+    traffic.start(None)  # the cloze suite: not a source
+    traffic.on_routing(0, ids, gates, None)
+    assert traffic.shares() == pytest.approx({"prose": 0.45, "code": 0.1})
+    ctx = InMemoryContext()
+    _report_traffic(ctx, traffic.shares(), "code", "mone@0.25")
+    (warning,) = [line for line in ctx.lines if line.startswith("warning:")]
+    assert "prose 45%" in warning and "code" not in warning.split(":")[2]
