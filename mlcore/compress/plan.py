@@ -8,6 +8,7 @@ Merging methods also give new weights for the experts that absorb a cluster.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -35,6 +36,26 @@ class CompressionPlan:
 
     def pruned(self, num_experts: int) -> dict[int, list[int]]:
         return {layer: [e for e in range(num_experts) if e not in set(kept)] for layer, kept in self.keep.items()}
+
+
+def rounded(plan: CompressionPlan, dtype: torch.dtype) -> CompressionPlan:
+    """``plan`` with its new values (novice vectors, merged weights) made exact in ``dtype``: a
+    float16 checkpoint is computed in float32 and stored back in float16, and the model a job
+    evaluates must be the one the file holds."""
+    if dtype == torch.float32:
+        return plan
+
+    def exact(tensor: Tensor) -> Tensor:
+        return tensor.to(dtype).to(tensor.dtype)
+
+    return dataclasses.replace(
+        plan,
+        novices={layer: {e: exact(v) for e, v in vectors.items()} for layer, vectors in plan.novices.items()},
+        merged_weights={
+            layer: {e: (exact(gate_up), exact(down)) for e, (gate_up, down) in weights.items()}
+            for layer, weights in plan.merged_weights.items()
+        },
+    )
 
 
 def experts_to_keep(num_experts: int, top_k: int, *, ratio: float | None = None, keep: int | None = None) -> int:

@@ -162,3 +162,57 @@ def copy_companions(source: Path, target: Path) -> list[str]:
             shutil.copyfile(Path(source) / name, Path(target) / name)
             copied.append(name)
     return copied
+
+
+_TORCH_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
+
+
+def store_in_source_dtypes(source: Path, target: Path) -> str | None:
+    """Rewrite the checkpoint at ``target`` (saved from a model computed in float32) in the dtypes
+    ``source`` stores: each floating tensor as its same-named source tensor, a new one (a sliced
+    router keeps its name; GPT-OSS biases gain novices) and the sidecar's novice vectors in the
+    source's main dtype; ``config.json`` says so. Returns that dtype's name, or ``None`` when the
+    source is float32 and nothing changes.
+
+    float16 checkpoints are computed in float32 (:func:`mlcore.hf.loading.load_dtype`); written
+    back as computed they would double in size. Values first stored in float16 come back exactly;
+    a job makes its own new values (novice vectors, merged weights) float16-exact before it
+    evaluates them (:func:`mlcore.compress.plan.rounded`), so the file holds what was evaluated."""
+    import json
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from mlcore.hf.inputs import checkpoint_dtype
+    from mlcore.hf.loading import weight_files
+    from mlcore.uploads import safetensors_header
+
+    headers = {file.name: safetensors_header(file) for file in weight_files(source)}
+    main = checkpoint_dtype(headers)
+    if main in (None, "F32", "F64"):
+        return None
+    stored = {name: entry["dtype"] for h in headers.values() for name, entry in h.items() if name != "__metadata__"}
+    for file in [*weight_files(target), Path(target) / SIDECAR]:
+        if not file.is_file():
+            continue
+        with safe_open(file, framework="pt") as shard:
+            metadata = shard.metadata()
+            tensors = {name: shard.get_tensor(name) for name in shard.keys()}  # noqa: SIM118 - not iterable
+        changed = False
+        for name, tensor in tensors.items():
+            if tensor.dtype != torch.float32:
+                continue
+            want = getattr(torch, _TORCH_DTYPES.get(stored.get(name, main), "float32"))
+            if want != torch.float32:
+                tensors[name] = tensor.to(want)
+                changed = True
+        if changed:
+            save_file(tensors, file, metadata=metadata)
+    config = Path(target) / "config.json"
+    raw = json.loads(config.read_text(encoding="utf-8"))
+    for field in ("torch_dtype", "dtype"):
+        if field in raw:
+            raw[field] = _TORCH_DTYPES[main]
+    config.write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return _TORCH_DTYPES[main]

@@ -344,7 +344,7 @@ def _compress(
     from mlcore.compress.calibrate import calibrate
     from mlcore.compress.methods import NEEDS_LAYER_INPUTS, compressed_copy, make_plan
     from mlcore.compress.naee import CALIBRATION_ROWS
-    from mlcore.compress.plan import experts_to_keep
+    from mlcore.compress.plan import experts_to_keep, rounded
     from mlcore.compress.report import NoviceTraffic, sizes
     from mlcore.compress.streamed import write_compressed
     from mlcore.data.registry import TEXT_SOURCES
@@ -352,6 +352,7 @@ def _compress(
     from mlcore.hf import adapt, layer_by_layer
 
     streamed = mode == "layer-by-layer"
+    stored_dtype = _stored_dtype(source)
     adapter = adapt(model)
     num_experts, top_k = adapter.layers[0].num_experts, adapter.layers[0].top_k
     if params["keep"]:
@@ -414,6 +415,8 @@ def _compress(
             seed=params["seed"],
             on_layer=functools.partial(planning.count, noun="layer"),
         )
+        # A float16 checkpoint is computed in float32 and stored back in float16: evaluate what the file holds.
+        plan = rounded(plan, stored_dtype)
         fields = _compression_fields(plan, params, ratio, keeps[ratio])
         with ExitStack() as variant_stack:
             if streamed:
@@ -585,6 +588,29 @@ def _pruned_map(plan: Any, num_experts: int, method: str, ratio: float) -> dict[
     return heatmap(f"Pruned map: {method}, ratio {ratio:g}", pruned_map_rows(plan, num_experts), "state")
 
 
+def _stored_dtype(source: Path) -> Any:
+    """The floating dtype most of the source checkpoint's bytes are stored in."""
+    import torch
+
+    from mlcore.hf.inputs import checkpoint_dtype
+    from mlcore.hf.loading import weight_files
+    from mlcore.uploads import safetensors_header
+
+    stored = checkpoint_dtype({file.name: safetensors_header(file) for file in weight_files(source)})
+    return {"F16": torch.float16, "BF16": torch.bfloat16}.get(stored or "", torch.float32)
+
+
+def _written(ctx: JobContext, source: Path, folder: Path, tokenizer: Any) -> None:
+    """Tokenizer and companions beside the weights, and the weights in the source's own dtypes."""
+    from mlcore.hf.checkpoint import copy_companions, store_in_source_dtypes
+
+    tokenizer.save_pretrained(folder)
+    copy_companions(source, folder)
+    dtype = store_in_source_dtypes(source, folder)
+    if dtype is not None:
+        ctx.log(f"{folder.name}: stored in {dtype}, as the source checkpoint")
+
+
 def _compression_fields(plan: Any, params: dict[str, Any], ratio: float, keep: int) -> dict[str, Any]:
     """What serving code reads from the config: which experts are novices (the sidecar holds their vectors)."""
     return {
@@ -601,13 +627,11 @@ def _compression_fields(plan: Any, params: dict[str, Any], ratio: float, keep: i
 
 def _publish(ctx: JobContext, written: Path, tokenizer: Any, source: Path, plan: Any, ratio: float, keep: int) -> Path:
     """The written checkpoint, with tokenizer and companions, as the job's artifact and library item."""
-    from mlcore.hf.checkpoint import copy_companions
 
     folder = ctx.workdir / "compressed"
     if written != folder:
         written.rename(folder)
-    tokenizer.save_pretrained(folder)
-    copy_companions(source, folder)
+    _written(ctx, source, folder, tokenizer)
     ctx.artifact("checkpoint", folder)
     ctx.register(
         "hf-moe-lm",
@@ -627,7 +651,7 @@ def _stock_export(
     from mlcore.compress.streamed import write_compressed
     from mlcore.hf import adapt, layer_by_layer
     from mlcore.hf.architectures import HFModelError
-    from mlcore.hf.checkpoint import SIDECAR, copy_companions
+    from mlcore.hf.checkpoint import SIDECAR
 
     folder = ctx.workdir / "compressed-stock"
     try:
@@ -645,8 +669,7 @@ def _stock_export(
     except HFModelError as exc:
         ctx.log(f"no stock export for {label}: {exc}")
         return None
-    tokenizer.save_pretrained(folder)
-    copy_companions(source, folder)
+    _written(ctx, source, folder, tokenizer)
     ctx.artifact("checkpoint-stock", folder)
 
     @contextmanager

@@ -258,3 +258,60 @@ def test_novice_traffic_counts_gate_mass_on_novices_per_source_and_warns_when_hi
     _report_traffic(ctx, traffic.shares(), "code", "mone@0.25")
     (warning,) = [line for line in ctx.lines if line.startswith("warning:")]
     assert "prose 45%" in warning and "code" not in warning.split(":")[2]
+
+
+@pytest.mark.parametrize("load", ["whole", "layer-by-layer"])
+def test_a_float16_checkpoint_is_compressed_into_float16_holding_what_was_evaluated(tiny_lm, tmp_path, load):
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    half = tmp_path / "half"
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm, dtype=torch.float16)
+    # Experts whose outputs matter (the random ones answer ~1e-4), so a novice vector's last bits show in the logits.
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.experts.down_proj.mul_(200)
+    model.save_pretrained(half)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(tiny_lm / name, half / name)
+    outcome, ctx = run({"model": str(half), "dataset": "zoo:stdlib-docs", "methods": "mone", "load": load})
+    assert outcome.status == "succeeded", outcome.traceback
+    checkpoint = ctx.artifacts["checkpoint"].path
+    dtypes = set()
+    for file in [*checkpoint.glob("model*.safetensors"), checkpoint / "moelab_experts.safetensors"]:
+        with safe_open(file, framework="pt") as shard:
+            dtypes |= {str(shard.get_slice(name).get_dtype()) for name in shard.keys()}  # noqa: SIM118
+    assert {"F16", "I64", "BOOL"} >= dtypes and "F16" in dtypes
+    assert json.loads((checkpoint / "config.json").read_text())["dtype"] == "float16"
+    source_bytes = sum(p.stat().st_size for p in half.glob("*.safetensors"))
+    assert sum(p.stat().st_size for p in checkpoint.glob("model*.safetensors")) <= source_bytes * 1.01
+    assert any("stored in float16" in line for line in ctx.lines)
+    # The file holds the model the report evaluated: the held-out perplexity recomputed from it is the
+    # reported one (the novice vectors were made float16-exact before the evaluation).
+    from mlcore.data.registry import TEXT_SOURCES
+    from mlcore.eval.heldout import prepare_heldout
+    from mlcore.zoo.tokenizer import load_hf_tokenizer
+
+    tokenizer = load_hf_tokenizer(checkpoint)
+    heldout = prepare_heldout(tokenizer, TEXT_SOURCES, length=64, windows=FAST["eval_windows"], cloze_items=0)
+    reloaded = load_model(checkpoint)
+    assert next(reloaded.parameters()).dtype == torch.float32
+    recomputed = heldout.evaluate(reloaded, tokenizer)["ppl_mean"]
+    assert recomputed == ctx.metrics.scalars["mone@0.25/ppl_mean"]  # the same model: the same bits
+
+
+def test_a_rounded_plan_holds_float16_exact_novices_and_merged_weights():
+    import torch
+
+    from mlcore.compress.plan import CompressionPlan, rounded
+
+    vector = torch.tensor([0.1, 1 / 3, 2.0e-5])
+    plan = CompressionPlan(
+        "mone", keep={0: [0]}, novices={0: {1: vector}}, merged_weights={0: {0: (vector.clone(), vector.clone())}}
+    )
+    exact = rounded(plan, torch.float16)
+    for tensor in (exact.novices[0][1], *exact.merged_weights[0][0]):
+        assert tensor.dtype == torch.float32 and torch.equal(tensor, tensor.half().float())
+        assert not torch.equal(tensor, vector)  # 1/3 is not a float16 number
+    assert rounded(plan, torch.float32) is plan
