@@ -189,7 +189,9 @@ class LoRAMixtureLinear(nn.Module):
         return p
 
     def forward(self, x: Tensor) -> Tensor:
-        x2 = x.reshape(-1, x.shape[-1])
+        # The adapters and routers train in their own (float32) dtype whatever the frozen base
+        # computes in (a bfloat16 checkpoint stays bfloat16); their update joins in the base's dtype.
+        x2 = x.reshape(-1, x.shape[-1]).to(self.lora_A.dtype)
         p = self.route(x2)
         self.active = (p > 0).sum(-1).detach()
         if self.routing == "hydra":
@@ -198,7 +200,8 @@ class LoRAMixtureLinear(nn.Module):
         else:
             h = torch.einsum("ti,eri->ter", self.dropout(x2), self.lora_A) * p.to(x2.dtype).unsqueeze(-1)
             delta = torch.einsum("ter,eor->to", h, self.lora_B)
-        return self.base(x) + (self.scale * delta).reshape(*x.shape[:-1], -1)
+        out = self.base(x)
+        return out + (self.scale * delta).reshape(*x.shape[:-1], -1).to(out.dtype)
 
 
 def attach_lora_mixture(model: nn.Module, config: MixtureConfig) -> list[tuple[str, LoRAMixtureLinear]]:

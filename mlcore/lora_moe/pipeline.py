@@ -135,7 +135,8 @@ class Classifier(nn.Module):
         self.head = nn.Linear(encoder.hidden_size, classes)
 
     def forward(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
-        return self.head(self.encoder.pooled(tokens, mask))
+        # The head trains in float32 whatever dtype the frozen base keeps (a bfloat16 checkpoint).
+        return self.head(self.encoder.pooled(tokens, mask).to(self.head.weight.dtype))
 
 
 def _evaluate(

@@ -85,3 +85,19 @@ def test_projections_the_lm_does_not_have_are_refused_before_training(tmp_path):
     assert outcome.status == "failed"
     assert outcome.error.startswith("Projections: the base has none of the projections up, down as linear layers")
     assert "loss" not in ctx.metrics.series and not ctx.artifacts
+
+
+@pytest.mark.parametrize("routing", ["ld-mole", "top2"])
+def test_a_bfloat16_checkpoint_stays_bfloat16_while_its_adapters_train_in_float32(tmp_path, routing):
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "bf16"
+    AutoModelForCausalLM.from_pretrained(ZOO_LM, dtype=torch.bfloat16).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(ZOO_LM / name, folder / name)
+    outcome, ctx = _run({"model": str(folder), "routing": routing}, {"task_file": [_task(tmp_path / "w.jsonl")]})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert 0 <= ctx.metrics.scalars["accuracy"] <= 1 and ctx.metrics.series["loss"]
+    assert next(load_model(folder).parameters()).dtype == torch.bfloat16
