@@ -148,29 +148,19 @@ def _jsonl_problem(lines: list[tuple[int, str]]) -> str:
 
 
 def _csv_problem(lines: list[tuple[int, str]], truncated: bool) -> str:
-    """Why these lines are not a table, or "" when a dialect sniffer finds a delimiter and every row
-    has the same number of fields (at least two, over at least two rows)."""
-    sample = "\n".join(line for _, line in lines)
-    dialect = _dialect(sample)
-    if dialect is None:
-        # The sniffer wants consistent rows; to name the row that is not, split by the delimiter
-        # the first line uses most.
-        first = lines[0][1]
-        delimiter = max(CSV_DELIMITERS, key=first.count)
-        if not first.count(delimiter):
-            return "no delimiter (comma, tab, semicolon or bar) splits its lines into the same number of fields"
-        dialect = type("Guessed", (csv.excel,), {"delimiter": delimiter})
-    rows: list[tuple[int, int]] = []
-    try:
-        reader = csv.reader(io.StringIO(sample), dialect)
-        for row in reader:
-            if any(cell.strip() for cell in row):
-                rows.append((lines[min(reader.line_num, len(lines)) - 1][0], len(row)))
-    except csv.Error as exc:
-        return f"it does not parse as delimited rows ({exc})"
-    if truncated and len(rows) > 2:
-        rows = rows[:-1]  # a quoted field may run past the sample
-    name = {",": "comma", "\t": "tab", ";": "semicolon", "|": "bar"}.get(dialect.delimiter, repr(dialect.delimiter))
+    """Why these lines are not a table, or "" when one delimiter splits every row into the same
+    number of fields (at least two, over at least two rows)."""
+    if _delimiter(lines, truncated) is not None:
+        return ""
+    # To name the row that does not fit, split by the delimiter the first line uses most.
+    first = lines[0][1]
+    delimiter = max(CSV_DELIMITERS, key=first.count)
+    if not first.count(delimiter):
+        return "no delimiter (comma, tab, semicolon or bar) splits its lines into the same number of fields"
+    rows = _rows(lines, truncated, delimiter)
+    if isinstance(rows, str):
+        return rows
+    name = {",": "comma", "\t": "tab", ";": "semicolon", "|": "bar"}[delimiter]
     if len(rows) < 2:
         return "it has fewer than two rows"
     first_line, width = rows[0]
@@ -179,7 +169,41 @@ def _csv_problem(lines: list[tuple[int, str]], truncated: bool) -> str:
     for number, count in rows[1:]:
         if count != width:
             return f"line {number} has {count} {name}-separated fields where line {first_line} has {width}"
-    return ""
+    return "its rows do not split into the same number of fields"
+
+
+def _rows(lines: list[tuple[int, str]], truncated: bool, delimiter: str) -> list[tuple[int, int]] | str:
+    """(line number, field count) of each non-empty row split by ``delimiter`` with standard CSV
+    quoting (a quoted field may hold the delimiter, line breaks and doubled quotes), or why the
+    lines do not parse. A row cut by the sample window is left out."""
+    sample = "\n".join(line for _, line in lines)
+    rows: list[tuple[int, int]] = []
+    try:
+        reader = csv.reader(io.StringIO(sample), _standard(delimiter))
+        for row in reader:
+            if any(cell.strip() for cell in row):
+                rows.append((lines[min(reader.line_num, len(lines)) - 1][0], len(row)))
+    except csv.Error as exc:
+        return f"it does not parse as delimited rows ({exc})"
+    if truncated and len(rows) > 2:
+        rows = rows[:-1]  # a quoted field may run past the sample
+    return rows
+
+
+def _delimiter(lines: list[tuple[int, str]], truncated: bool) -> str | None:
+    """The delimiter that splits the header and every sampled row into the same number (≥ 2) of
+    fields, tried in the order the header uses them most; ``None`` when none does.
+
+    Each candidate is parsed, not guessed: a dialect sniffer looks at character counts, so a
+    semicolon export whose prose and decimal numbers hold commas, or a TSV whose quoted cells hold
+    line breaks, was taken for something else and read as one document."""
+    header = lines[0][1]
+    for delimiter in sorted((d for d in CSV_DELIMITERS if d in header), key=header.count, reverse=True):
+        rows = _rows(lines, truncated, delimiter)
+        consistent = isinstance(rows, list) and len(rows) >= 2 and rows[0][1] >= 2
+        if consistent and all(count == rows[0][1] for _, count in rows):
+            return delimiter
+    return None
 
 
 def text_shape(path: Path, head: bytes | None = None) -> TextShape | None:
@@ -219,22 +243,19 @@ def text_shape(path: Path, head: bytes | None = None) -> TextShape | None:
     return TextShape("txt", jsonl if numbered[0][1].lstrip().startswith(("{", "[")) else table)
 
 
-def _dialect(sample: str) -> type[csv.Dialect] | None:
-    """The sniffed delimiter with standard CSV quoting (``"``, doubled to escape), or ``None``.
-    Only the delimiter is taken from the sniffer: its guesses at quoting, made from a sample that may
-    hold no quotes at all, would misread a doubled quote further down."""
-    try:
-        delimiter = csv.Sniffer().sniff(sample, delimiters=CSV_DELIMITERS).delimiter
-    except csv.Error:
-        return None
-    return type("Sniffed", (csv.excel,), {"delimiter": delimiter})
+def _standard(delimiter: str) -> type[csv.Dialect]:
+    """Standard CSV quoting (``"``, doubled to escape) with this delimiter."""
+    return type("Delimited", (csv.excel,), {"delimiter": delimiter})
 
 
 def csv_dialect(path: Path) -> type[csv.Dialect]:
     """The dialect of a file :func:`sniff` calls ``csv`` (plain CSV when none is found). Readers of
-    tables use it, so a TSV or a semicolon-separated export reads like a CSV."""
-    lines, _ = _sample_lines(path)
-    return _dialect("\n".join(line for line in lines if line.strip())) or csv.excel
+    tables use it, so a TSV or a semicolon-separated export reads like a CSV; it is the delimiter
+    :func:`text_shape` found, never a second guess."""
+    lines, truncated = _sample_lines(path)
+    numbered = [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    delimiter = _delimiter(numbered, truncated) if numbered else None
+    return _standard(delimiter or ",")
 
 
 def require_format(path: Path, formats: tuple[str, ...], *, label: str) -> str:

@@ -106,3 +106,39 @@ def test_the_sniffer_callers_that_take_labelled_tasks_accept_jsonl(tmp_path: Pat
     path = write(tmp_path, "task", jsonl([{"text": "1, 2", "label": "a"}, {"text": "3", "label": "b"}]))
     for kind in ("lora-moe-finetune", "router-align"):
         assert check_files(get_kind(kind), {"task_file": [path]}, tmp_path / kind)["task_file"] == path
+
+
+def _paragraphs(count: int) -> list[str]:
+    """Multi-line prose with commas, semicolons and doubled quotes, as a docs export holds it."""
+    return [
+        f'Paragraph {i}: the ""default"" rule, for one; the\nother rule, for two; and a third\nline, to end.'
+        for i in range(count)
+    ]
+
+
+def test_a_tsv_whose_quoted_cells_hold_line_breaks_reads_row_by_row(tmp_path: Path) -> None:
+    from mlcore.data.textset import load_text_dataset
+
+    rows = "".join(f'paragraph {i}\t"{text}"\n' for i, text in enumerate(_paragraphs(40)))
+    path = write(tmp_path, "docs.tsv", "title\ttext\n" + rows)
+    assert sniff(path) == "csv" and csv_dialect(path).delimiter == "\t"
+    documents = load_text_dataset(path).documents
+    assert len(documents) == 40
+    assert documents[3][1] == _paragraphs(4)[3].replace('""', '"')
+
+
+def test_a_semicolon_export_with_decimal_commas_and_multi_line_prose_is_a_semicolon_table(tmp_path: Path) -> None:
+    """As a spreadsheet in a comma-decimal locale exports Python's help topics with a score: the
+    prose holds commas, doubled quotes and line breaks, the scores decimal commas."""
+    from pydoc_data.topics import topics
+
+    from mlcore.data.textset import load_text_dataset
+
+    paragraphs = [p.strip() for topic in sorted(topics) for p in topics[topic].split("\n\n") if len(p.strip()) > 80]
+    texts = paragraphs[:200]
+    quoted = [text.replace('"', '""') for text in texts]
+    rows = "".join(f'"{text}";{i % 5},5\n' for i, text in enumerate(quoted))
+    path = write(tmp_path, "forum.csv", "text;score\n" + rows, newline="\r\n")
+    assert sniff(path) == "csv" and csv_dialect(path).delimiter == ";"
+    documents = load_text_dataset(path).documents
+    assert len(documents) == 200 and documents[7][1] == texts[7]
