@@ -306,10 +306,12 @@ class MoEAdapter:
         self.model.save_pretrained(path)
         write_sidecar(self, path)
 
-    def save_without_novices(self, path: Path) -> MoEAdapter:
+    def save_without_novices(self, path: Path, *, in_place: bool = False) -> MoEAdapter:
         """Write the model with every novice *deleted* (its expert and router row removed, the
         config's expert count updated): a different model from the one with novices, which any
-        stock tool serves. Returns the adapter of that exported copy (for evaluating it).
+        stock tool serves. Returns the adapter of that exported copy (for evaluating it);
+        ``in_place`` edits this adapter's model instead of a copy (a caller done with the model
+        with novices saves a whole copy of memory).
 
         Under group-limited routing experts cannot be deleted without breaking the contiguous
         index groups, so they are masked instead; that export is stock only where the router has a
@@ -318,8 +320,7 @@ class MoEAdapter:
         from mlcore.hf.checkpoint import needs_sidecar
 
         novices = self.novices
-        clone = copy.deepcopy(self.model)
-        exported = MoEAdapter(clone)
+        exported = MoEAdapter(self.model if in_place else copy.deepcopy(self.model))
         keep = {
             info.index: [e for e in range(info.num_experts) if e not in novices.get(info.index, {})]
             for info in exported.layers

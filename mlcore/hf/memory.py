@@ -36,9 +36,10 @@ class MemoryNeeds:
     largest_layer: int
 
 
-def memory_needs(path: Path, *, load_bytes: int, activations: int, working: int) -> MemoryNeeds:
+def memory_needs(path: Path, *, load_bytes: int, activations: int, working: int, whole_copies: int = 1) -> MemoryNeeds:
     """The needs of the checkpoint at ``path`` loaded at ``load_bytes`` per element, carrying
-    ``activations`` bytes between layers and ``working`` bytes for one batch."""
+    ``activations`` bytes between layers and ``working`` bytes for one batch; a job that holds
+    ``whole_copies`` copies of the weights at once (the original and an edited copy) says so."""
     from mlcore.hf.loading import weight_files
     from mlcore.uploads import safetensors_header
 
@@ -61,7 +62,7 @@ def memory_needs(path: Path, *, load_bytes: int, activations: int, working: int)
                 per_layer[int(match[1])] += nbytes
     largest = max(per_layer.values(), default=0)
     return MemoryNeeds(
-        whole=outside + sum(per_layer.values()) + working,
+        whole=(outside + sum(per_layer.values())) * whole_copies + working,
         layer_by_layer=outside + largest + activations + working,
         outside=outside,
         largest_layer=largest,
@@ -117,7 +118,14 @@ def _gb(n: int) -> str:
 
 
 def plan_load(
-    path: Path, mode: str, *, device: Any, tokens: int, batch_tokens: int, available: int | None = None
+    path: Path,
+    mode: str,
+    *,
+    device: Any,
+    tokens: int,
+    batch_tokens: int,
+    available: int | None = None,
+    whole_copies: int = 1,
 ) -> tuple[str, MemoryNeeds]:
     """The load mode for running ``tokens`` tokens (``batch_tokens`` at a time) through the
     checkpoint at ``path`` on ``device``, and what it needs; refuses as :func:`choose_load` does.
@@ -140,6 +148,7 @@ def plan_load(
         load_bytes=element,
         activations=tokens * hidden * element,
         working=batch_tokens * hidden * 4 * 24,
+        whole_copies=whole_copies,
     )
     streamable = "layer_by_layer_load" not in GAPS.get(base_model_type(raw), {})
     free = available_bytes(device) if available is None else available

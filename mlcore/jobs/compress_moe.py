@@ -314,7 +314,10 @@ def _load_mode(params: dict[str, Any], source: Path, ctx: JobContext, *, tokens:
     from mlcore.hf.memory import plan_load
 
     try:
-        mode, needs = plan_load(source, params["load"], device=ctx.device, tokens=tokens, batch_tokens=batch_tokens)
+        # Whole, the job holds the model and one compressed copy at a time (the stock export edits that copy).
+        mode, needs = plan_load(
+            source, params["load"], device=ctx.device, tokens=tokens, batch_tokens=batch_tokens, whole_copies=2
+        )
     except HFModelError as exc:
         raise JobError(str(exc)) from None
     ctx.log(
@@ -665,7 +668,8 @@ def _stock_export(
                 )
             exported = None
         else:
-            exported = adapter.save_without_novices(folder)
+            # The model with novices is saved and evaluated: export from it in place, not from a copy.
+            exported = adapter.save_without_novices(folder, in_place=True)
     except HFModelError as exc:
         ctx.log(f"no stock export for {label}: {exc}")
         return None

@@ -193,3 +193,14 @@ def needs_between(folder):
 
     _, needs = plan_load(folder, "auto", device="cpu", tokens=64, batch_tokens=64, available=1 << 40)
     return int((needs.layer_by_layer + needs.whole) / 2 / USABLE_SHARE)
+
+
+def test_a_job_that_holds_two_copies_of_the_weights_needs_them_twice_whole():
+    from mlcore.hf.memory import memory_needs, plan_load
+
+    folder = zoo_model("moe-lm-tiny")
+    # float16 on disk, computed in float32: 4 bytes an element.
+    weights = memory_needs(folder, load_bytes=4, activations=0, working=0).whole
+    _, one = plan_load(folder, "auto", device="cpu", tokens=64, batch_tokens=64, available=1 << 40)
+    _, two = plan_load(folder, "auto", device="cpu", tokens=64, batch_tokens=64, available=1 << 40, whole_copies=2)
+    assert two.whole - one.whole == weights and two.layer_by_layer == one.layer_by_layer
