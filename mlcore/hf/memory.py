@@ -128,16 +128,38 @@ def plan_load(
     whole_copies: int = 1,
 ) -> tuple[str, MemoryNeeds]:
     """The load mode for running ``tokens`` tokens (``batch_tokens`` at a time) through the
-    checkpoint at ``path`` on ``device``, and what it needs; refuses as :func:`choose_load` does.
+    checkpoint at ``path`` on ``device``, and what it needs; refuses as :func:`choose_load` does."""
+    from mlcore.hf.support import GAPS
+
+    raw, needs = _needs(path, tokens=tokens, batch_tokens=batch_tokens, whole_copies=whole_copies)
+    from mlcore.hf.checkpoint import base_model_type
+
+    streamable = "layer_by_layer_load" not in GAPS.get(base_model_type(raw), {})
+    free = available_bytes(device) if available is None else available
+    return choose_load(mode, needs, free, streamable=streamable), needs
+
+
+def check_whole_fits(path: Path, *, device: Any, what: str, batch_tokens: int, available: int | None = None) -> None:
+    """Refuse, before any weight is read, a kind that holds the whole model (it trains through it)
+    when the model cannot fit this worker: one sentence with both figures, not an out-of-memory kill."""
+    _, needs = _needs(path, tokens=0, batch_tokens=batch_tokens, whole_copies=1)
+    usable = int((available_bytes(device) if available is None else available) * USABLE_SHARE)
+    if needs.whole > usable:
+        raise HFModelError(
+            f"{what} holds the whole model in memory: about {_gb(needs.whole)}, and this worker has {_gb(usable)} to "
+            "give; use a worker with more memory (this kind does not run layer by layer)."
+        )
+
+
+def _needs(path: Path, *, tokens: int, batch_tokens: int, whole_copies: int) -> tuple[dict[str, Any], MemoryNeeds]:
+    """The config and the needs of running ``tokens`` tokens, ``batch_tokens`` at a time.
 
     Carried activations are one hidden vector per token in the load dtype; a batch's working
     memory is taken as 24 hidden vectors per token in float32 (attention, the experts' gate/up
     outputs for top-k, logits of the last position), a bound that holds for the families tested."""
     import json
 
-    from mlcore.hf.checkpoint import base_model_type
     from mlcore.hf.loading import load_dtype
-    from mlcore.hf.support import GAPS
 
     raw = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
     text = raw.get("text_config") or {}
@@ -150,6 +172,4 @@ def plan_load(
         working=batch_tokens * hidden * 4 * 24,
         whole_copies=whole_copies,
     )
-    streamable = "layer_by_layer_load" not in GAPS.get(base_model_type(raw), {})
-    free = available_bytes(device) if available is None else available
-    return choose_load(mode, needs, free, streamable=streamable), needs
+    return raw, needs

@@ -248,15 +248,20 @@ def _teacher_folder(inputs: dict[str, Any]) -> Path:
     return Path(inputs["model"])
 
 
-def _load_teacher(folder: Path, device: Any) -> tuple[Any, Any]:
+def _load_teacher(folder: Path, device: Any, batch_tokens: int) -> tuple[Any, Any]:
     from transformers import AutoTokenizer
 
     from mlcore.hf import load_model
+    from mlcore.hf.architectures import HFModelError
+    from mlcore.hf.memory import check_whole_fits
 
     if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").is_file():
         raise JobError("The teacher checkpoint has no tokenizer; include tokenizer.json next to config.json.")
     try:
+        check_whole_fits(folder, device=device, what="Distillation", batch_tokens=batch_tokens)
         model = load_model(folder, device=device)
+    except HFModelError as exc:
+        raise JobError(str(exc)) from None
     except (RuntimeError, ValueError, OSError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise JobError(f"Could not load the teacher: {first[:300]}.") from None
@@ -306,7 +311,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     loss_config = _loss_config(params)
     ctx.progress(0.0, "loading the teacher")
     teacher_folder = _teacher_folder(inputs)
-    teacher, tokenizer = _load_teacher(teacher_folder, ctx.device)
+    teacher, tokenizer = _load_teacher(teacher_folder, ctx.device, params["batch_size"] * params["seq_len"])
     if params["teacher_temperature"] != 1.0:
         teacher = SharpenedTeacher(teacher, params["teacher_temperature"])
     context = int(getattr(teacher.config, "max_position_embeddings", params["seq_len"]))

@@ -116,12 +116,14 @@ def as_text(batch: TaskBatch, tokenizer: Any, max_length: int) -> TaskBatch:
     return TaskBatch(tokens, batch.targets, batch.levels, mask)
 
 
-def load_hf_lm(folder: Path, device: Any) -> tuple[Any, Any]:
-    """(model, tokenizer) of a local Hugging Face MoE checkpoint for a job; every refusal is a
-    one-line :class:`~mlcore.jobs.spec.JobError` that starts with ``Model:``."""
+def load_hf_lm(folder: Path, device: Any, *, batch_tokens: int = 4096) -> tuple[Any, Any]:
+    """(model, tokenizer) of a local Hugging Face MoE checkpoint for a job that trains through the
+    whole model (refused up front when it cannot fit the worker); every refusal is a one-line
+    :class:`~mlcore.jobs.spec.JobError` that starts with ``Model:``."""
     from mlcore.errors import JobError
     from mlcore.hf import load_model
     from mlcore.hf.architectures import HFModelError
+    from mlcore.hf.memory import check_whole_fits
 
     if not (folder / "config.json").is_file():
         raise JobError("Model: no config.json; pick a Hugging Face MoE checkpoint directory.")
@@ -130,6 +132,7 @@ def load_hf_lm(folder: Path, device: Any) -> tuple[Any, Any]:
     try:
         from transformers import AutoTokenizer
 
+        check_whole_fits(folder, device=device, what="Training through the model", batch_tokens=batch_tokens)
         model = load_model(folder, device=device)
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except HFModelError as exc:
