@@ -281,21 +281,9 @@ def runs_csv(path: Path) -> Path:
     an extra free-text column (ignored by the planner), written as Excel writes CSV."""
     rng = np.random.default_rng(0)
     budgets = (1e15, 1e16, 1e17, 1e18)
-    header = [
-        "name",
-        "kind",
-        "total_params",
-        "active_params",
-        "experts",
-        "top_k",
-        "shared_experts",
-        "granularity",
-        "tokens",
-        "flops",
-        "loss",
-        "budget",
-        "notes",
-    ]
+    from mlcore.analysis.runs import REQUIRED
+
+    header = [*REQUIRED, "budget", "notes"]
     rows: list[list[Any]] = []
     for c in budgets:
         rows.append(
