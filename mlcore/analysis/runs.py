@@ -121,7 +121,10 @@ def read_runs(path: Path) -> list[Run]:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise RunsError(f"{path.name} is not UTF-8 text; save the table as a UTF-8 CSV") from None
-    reader = csv.DictReader(text.splitlines())
+    from mlcore.sniff import csv_dialect
+
+    # A TSV or a semicolon export (a spreadsheet in a comma-decimal locale) reads like a CSV.
+    reader = csv.DictReader(text.splitlines(), dialect=csv_dialect(path))
     missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
     if missing:
         raise RunsError(f"the runs table lacks the column(s) {', '.join(missing)}; see the schema in the help")

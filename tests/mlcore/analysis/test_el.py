@@ -110,3 +110,16 @@ def test_a_table_without_required_columns_is_refused(tmp_path):
     path.write_text("name,kind,loss\na,dense,3\n")
     with pytest.raises(RunsError, match="lacks the column"):
         read_runs(path)
+
+
+@pytest.mark.parametrize("delimiter", ["\t", ";"])
+def test_a_tsv_or_semicolon_runs_table_reads_as_the_csv_does(tmp_path, delimiter):
+    import csv
+
+    path = tmp_path / "runs.csv"
+    write_runs(synthetic_runs(), path)
+    rows = list(csv.reader(path.read_text().splitlines()))
+    other = tmp_path / "runs.txt"
+    with other.open("w", newline="", encoding="utf-8-sig") as f:
+        csv.writer(f, delimiter=delimiter, lineterminator="\r\n").writerows(rows)
+    assert read_runs(other) == read_runs(path)
