@@ -218,3 +218,22 @@ def check_tree(root: Path) -> None:
             raise JobError(pickle_refusal(name))
         if path.suffix.lower() == SAFETENSORS_SUFFIX:
             safetensors_header(path, name=name)
+
+
+def forget_source_paths(folder: Path) -> list[str]:
+    """Remove ``_name_or_path`` from the diffusers configs under ``folder``: diffusers records where
+    a component was loaded from, which on a worker is a path of its own cache, not something an
+    output may carry to the person who downloads it. Returns the files changed (relative names)."""
+    import json
+
+    changed = []
+    for path in sorted(Path(folder).rglob("*config.json")):
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(raw, dict) and "_name_or_path" in raw:
+            del raw["_name_or_path"]
+            path.write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            changed.append(relative_name(path, Path(folder)))
+    return changed

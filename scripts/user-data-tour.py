@@ -14,7 +14,8 @@ given, the outcome, one key metric from ``metrics.json``, wall seconds); the inp
 ``DIR/inputs`` and every job's output folder in ``DIR/runs/KIND``. Three kinds read what an earlier
 one wrote, as a user would chain them: moe-planner the routing-analysis report, watermark-verify the
 images watermark-embed marked (and watermark-generate made), video-generate the model video-train
-trained. Exits 1 when a kind fails or is refused, or the text reader misreads an input.
+trained. Exits 1 when a kind fails or is refused, the text reader misreads an input, or an artifact
+names a folder of the machine that ran it (the repository, the cache, the output folder).
 """
 
 from __future__ import annotations
@@ -888,6 +889,7 @@ def run_step(step: Step, runs: Path, device: str, timeout: int) -> Result:
     texts = [(path, step.texts[path.name]) for _, path in step.inputs if path.name in step.texts]
     notes = [f"misread: {note}" for path, records in texts if (note := misread(path, records))]
     notes += [f"warned: {warning}" for warning in warnings(out)]
+    notes += [f"leak: {leak}" for leak in server_paths(out)]
     if done.returncode == 0:
         metrics = out / "metrics.json"
         scalars = json.loads(metrics.read_text()).get("scalars", {}) if metrics.is_file() else {}
@@ -895,6 +897,27 @@ def run_step(step: Step, runs: Path, device: str, timeout: int) -> Result:
     sentence = _refusal(done.stderr, out)
     word = "failed" if "Internal error" in sentence else "refused"
     return Result(step.kind, step.described, f"{word}: {sentence}", "", seconds, notes, done.stderr[-4000:])
+
+
+#: Outputs a user downloads must not name a folder of the machine that ran the job.
+_TEXT_SUFFIXES = (".json", ".jsonl", ".txt", ".csv", ".md", ".py", ".html")
+
+
+def server_paths(out: Path) -> list[str]:
+    """Text files among a job's artifacts (what a worker hands a user) that name the repository,
+    the cache or the output folder: on a worker, its own paths, which must not reach a user. The
+    CLI's own ``job.json`` and ``log.txt`` are the local user's and may name their files."""
+    from mlcore.catalog import cache_root
+
+    roots = {str(REPO), str(cache_root()), str(out.resolve())}
+    found = []
+    for path in sorted((out / "artifacts").rglob("*")):
+        if path.suffix not in _TEXT_SUFFIXES or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if any(root in text for root in roots):
+            found.append(str(path.relative_to(out)))
+    return found
 
 
 def table(results: list[Result]) -> str:
@@ -957,7 +980,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": [vars(r) for r in results],
     }
     (out / "tour.json").write_text(json.dumps(record, indent=1))
-    misread = any(note.startswith("misread") for r in results for note in r.notes)
+    misread = any(note.startswith(("misread", "leak")) for r in results for note in r.notes)
     return 0 if all(r.outcome == "succeeded" for r in results) and not misread else 1
 
 

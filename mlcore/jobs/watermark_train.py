@@ -38,6 +38,7 @@ from mlcore.jobs import (
 )
 from mlcore.jobs.binding import bind
 from mlcore.jobs.spec import InputCheck
+from mlcore.uploads import forget_source_paths
 
 if TYPE_CHECKING:
     from mlcore.watermark.train import MolmConfig
@@ -311,6 +312,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     if not (folder / "vae").is_dir():
         generator.vae.save_pretrained(folder / "vae")
     save_molm(result, folder)
+    forget_source_paths(folder)
     metrics = {
         "bit_accuracy": result.metrics["bit_accuracy"],
         "psnr": result.metrics["psnr"],

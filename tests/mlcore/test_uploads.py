@@ -170,3 +170,20 @@ def test_a_torch_save_file_in_an_archive_is_refused_as_a_pickle(tmp_path: Path) 
     with pytest.raises(JobError) as caught:
         check_files(get_kind("compress-moe"), {"checkpoint": [archive]}, tmp_path / "work")
     assert str(caught.value).startswith("Checkpoint (ckpt.zip): archive/data.pkl is a pickle")
+
+
+def test_outputs_forget_where_their_diffusers_components_were_loaded_from(tmp_path):
+    import json
+
+    from mlcore.uploads import forget_source_paths
+
+    (tmp_path / "vae").mkdir()
+    (tmp_path / "scheduler").mkdir()
+    (tmp_path / "vae" / "config.json").write_text(
+        json.dumps({"_class_name": "AutoencoderKL", "_name_or_path": "/srv/worker/cache/vae", "latent_channels": 4})
+    )
+    (tmp_path / "scheduler" / "scheduler_config.json").write_text(json.dumps({"num_train_timesteps": 1000}))
+    assert forget_source_paths(tmp_path) == ["vae/config.json"]
+    vae = json.loads((tmp_path / "vae" / "config.json").read_text())
+    assert vae == {"_class_name": "AutoencoderKL", "latent_channels": 4}
+    assert "/srv" not in "".join(p.read_text() for p in tmp_path.rglob("*.json"))
