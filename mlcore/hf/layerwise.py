@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from mlcore.heap import HeapTrimmer
 from mlcore.hf.architectures import HFModelError
 from mlcore.hf.checkpoint import apply_sidecar
 from mlcore.hf.loading import checked_config, load_dtype, weight_files
@@ -133,6 +134,8 @@ class LayerStream:
     def __init__(self, shards: ShardIndex, layers: nn.ModuleList, device: str | torch.device) -> None:
         self.shards, self.layers, self.device = shards, layers, device
         self.held: set[int] = set()
+        # Layer after layer of the same shapes leaves the C heap fragmented; give it back as it grows.
+        self.trim = HeapTrimmer(slack=2**28)
 
     def load(self, index: int) -> None:
         layer = self.layers[index]
@@ -146,6 +149,7 @@ class LayerStream:
     def release(self, index: int) -> None:
         if index not in self.held:
             self.layers[index].to("meta")
+            self.trim()
 
     @contextmanager
     def hold(self, index: int) -> Iterator[nn.Module]:

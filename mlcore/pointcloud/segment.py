@@ -14,10 +14,6 @@ changes only the context a voxel sees, never its features or its place in the po
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from mlcore.heap import HeapTrimmer
 from mlcore.pointcloud.datasets import point_features
 from mlcore.pointcloud.ptv3 import PointBatch, PTv3, restrict_logits
 
@@ -44,43 +41,6 @@ class Segmentation:
     seconds: dict[str, float] = field(default_factory=dict)
     #: voxels whose logits were not all finite (their label is then meaningless)
     nonfinite: int = 0
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim, or None where the C library is not glibc."""
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-def _resident_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-class HeapTrimmer:
-    """Hands the C heap's free pages back to the system once resident memory has grown by more than
-    ``slack`` bytes since the last time. Windows of different sizes leave glibc's heap fragmented
-    (freed blocks below its mmap threshold are kept), and without this the resident memory of a
-    10M-point scan creeps up by ~0.1 GB per window instead of staying bounded. Trimming after every
-    window would cost ~13% more CPU time (the pages fault back in), hence the slack."""
-
-    def __init__(self, slack: int = 2**30) -> None:
-        self.slack = slack
-        self.floor = _resident_bytes()
-
-    def __call__(self) -> None:
-        now = _resident_bytes()
-        if now is None or self.floor is None or now <= self.floor + self.slack:
-            return
-        if (trim := _malloc_trim()) is not None:
-            trim(0)
-        self.floor = _resident_bytes()
 
 
 def choose_grid(xyz: np.ndarray, setting: str = "auto") -> float:

@@ -2,6 +2,7 @@
 
 import torch
 
+from mlcore import heap
 from mlcore.pointcloud import segment
 from mlcore.pointcloud.datasets import make_scan
 from mlcore.pointcloud.ptv3 import PTv3, PTv3Config
@@ -12,9 +13,9 @@ TINY = {"channels": (16, 32), "depths": (1, 1), "dec_depths": (1,), "patch": 32,
 def test_the_heap_is_trimmed_only_after_resident_memory_grew_by_more_than_the_slack(monkeypatch):
     resident = iter([1000, 1400, 1600, 1200, 1500, 2300, 1300])
     trims = []
-    monkeypatch.setattr(segment, "_resident_bytes", lambda: next(resident))
-    monkeypatch.setattr(segment, "_malloc_trim", lambda: trims.append)
-    trimmer = segment.HeapTrimmer(slack=500)  # floor 1000
+    monkeypatch.setattr(heap, "_resident_bytes", lambda: next(resident))
+    monkeypatch.setattr(heap, "_malloc_trim", lambda: trims.append)
+    trimmer = heap.HeapTrimmer(slack=500)  # floor 1000
     trimmer()  # 1400: within the slack
     assert trims == []
     trimmer()  # 1600 > 1500: trim, new floor 1200
