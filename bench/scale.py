@@ -292,11 +292,15 @@ def _same_routing(folder: Path) -> bool:
     return whole.keys() == sequential.keys() and all(torch.equal(whole[k], sequential[k]) for k in whole)
 
 
-def measure(tier: str) -> list[dict[str, Any]]:
+def measure(tier: str, *, compute: bool = True) -> list[dict[str, Any]]:
+    """One row per configuration of the tier; stages missing from the cache run first (``compute``)
+    or leave their configuration out."""
     rows = []
     for spec in TIERS[tier]:
         folder = CHECKPOINTS / spec.key
         results = {stage: CACHE.get(f"{spec.key}/{stage}") for stage in STAGES}
+        if not compute and any(r is None for r in results.values()):
+            continue
         if any(r is None for r in results.values()):
             if not (folder / "model.safetensors.index.json").is_file():
                 _check_disk(tier)
@@ -420,6 +424,12 @@ def report(rows: list[dict[str, Any]], tier: str) -> str:
 def run(tier: str, results: Path) -> None:
     rows = measure(tier)
     write_results(results, "scale", report(rows, tier), {"tier": tier, "machine": machine(), "rows": rows})
+
+
+def report_from_cache(results: Path) -> None:
+    """The full tier's report from the cached stages (``python -m bench scale --report``); runs nothing."""
+    rows = measure("full", compute=False)
+    write_results(results, "scale", report(rows, "full"), {"tier": "full", "machine": machine(), "rows": rows})
 
 
 def main() -> None:

@@ -451,11 +451,11 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         )
     )
     ctx.artifact("report.json", report, "application/json")
+    groups = ", ".join(f"d={d}: {a:.3f}" for d, a in result.accuracy_by_level.items())
+    by_group = f" ({groups})" if groups else ""
     ctx.log(
-        f"accuracy {result.accuracy:.3f} ("
-        + ", ".join(f"d={d}: {a:.3f}" for d, a in result.accuracy_by_level.items())
-        + f"); {result.mean_active:.2f} active experts per token, zero-expert rate {result.zero_expert_rate:.3f}, "
-        f"{result.trainable_parameters:,} trainable parameters"
+        f"accuracy {result.accuracy:.3f}{by_group}; {result.mean_active:.2f} active experts per token, zero-expert "
+        f"rate {result.zero_expert_rate:.3f}, {result.trainable_parameters:,} trainable parameters"
     )
     ctx.progress(1.0, "done")
     return metrics
