@@ -3,8 +3,10 @@ headers before any weight is: the choice between the two, and the refusal when n
 
 Whole, the model holds every tensor (in the dtype it is loaded in: float16 is read as float32,
 see :func:`mlcore.hf.loading.load_dtype`). Layer by layer (:mod:`mlcore.hf.sequential`), it holds
-what lies outside the decoder layers (embeddings, head), the largest decoder layer, and the
-carried activations of every window. Both need working memory for one batch on top.
+what lies outside the decoder layers (embeddings, head), the largest decoder layer twice (a layer
+being written is serialised whole before it reaches the disk), and the carried activations of every
+window. Both need working memory for one batch and :data:`RUNTIME_BYTES` for Python, torch and the
+allocator's slack on top; ``bench/results/scale.md`` compares the estimate with measured peaks.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ LOAD_MODES = ("auto", "whole", "layer-by-layer")
 #: Of the memory free when a job starts, the share a plan may take (the rest: the worker, the OS,
 #: allocator slack).
 USABLE_SHARE = 0.8
+#: The interpreter, torch's libraries and the heap's slack, whatever the model.
+RUNTIME_BYTES = 1 << 30
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _BYTES = {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "BF16": 2, "F16": 2, "I16": 2, "U8": 1, "I8": 1, "BOOL": 1}
 
@@ -31,7 +35,8 @@ class MemoryNeeds:
 
     whole: int
     layer_by_layer: int
-    #: The weights outside the decoder layers and the largest decoder layer, for the log.
+    #: All the weights, those outside the decoder layers and the largest decoder layer, for the log.
+    weights: int
     outside: int
     largest_layer: int
 
@@ -62,8 +67,9 @@ def memory_needs(path: Path, *, load_bytes: int, activations: int, working: int,
                 per_layer[int(match[1])] += nbytes
     largest = max(per_layer.values(), default=0)
     return MemoryNeeds(
-        whole=(outside + sum(per_layer.values())) * whole_copies + working,
-        layer_by_layer=outside + largest + activations + working,
+        whole=(outside + sum(per_layer.values())) * whole_copies + working + RUNTIME_BYTES,
+        layer_by_layer=outside + 2 * largest + activations + working + RUNTIME_BYTES,
+        weights=outside + sum(per_layer.values()),
         outside=outside,
         largest_layer=largest,
     )

@@ -200,7 +200,7 @@ def test_a_job_that_holds_two_copies_of_the_weights_needs_them_twice_whole():
 
     folder = zoo_model("moe-lm-tiny")
     # float16 on disk, computed in float32: 4 bytes an element.
-    weights = memory_needs(folder, load_bytes=4, activations=0, working=0).whole
+    weights = memory_needs(folder, load_bytes=4, activations=0, working=0).weights
     _, one = plan_load(folder, "auto", device="cpu", tokens=64, batch_tokens=64, available=1 << 40)
     _, two = plan_load(folder, "auto", device="cpu", tokens=64, batch_tokens=64, available=1 << 40, whole_copies=2)
     assert two.whole - one.whole == weights and two.layer_by_layer == one.layer_by_layer
