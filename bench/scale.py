@@ -261,11 +261,13 @@ def _compress_stage(load: str, folder: Path, spec: ScaleConfig) -> dict[str, Any
 def _bound_bytes(folder: Path, ratio: float = 0.25) -> int:
     """The issue's size goal for a 25% MoNE output: non-expert bytes, kept experts' bytes and one
     hidden vector per novice (from the checkpoint's headers)."""
+    from mlcore.hf.families import EXPERT_COUNT_FIELDS
     from mlcore.hf.loading import weight_files
     from mlcore.uploads import safetensors_header
 
     config = json.loads((folder / "config.json").read_text())
-    experts, hidden = int(config["num_experts"]), int(config["hidden_size"])
+    experts = next(int(config[f]) for f in EXPERT_COUNT_FIELDS if isinstance(config.get(f), int) and config[f] > 1)
+    hidden = int(config["hidden_size"])
     expert_bytes = other = 0
     for file in weight_files(folder):
         for name, entry in safetensors_header(file).items():
