@@ -41,6 +41,11 @@ BASE_TYPE_FIELD = "moelab_base_model_type"
 REMOTE_CODE = "modeling_moelab_sidecar.py"
 
 
+def weight_files(path: Path) -> list[Path]:
+    """The checkpoint's safetensors shards (the sidecar is not one)."""
+    return sorted(p for p in Path(path).glob("*.safetensors") if p.name != SIDECAR)
+
+
 def needs_sidecar(adapter: MoEAdapter) -> bool:
     """Whether some edit lives only in the sidecar (stock weights alone would compute something else)."""
     native_novices = all(hasattr(info.experts, "down_proj_bias") for info in adapter.layers)
@@ -185,7 +190,6 @@ def store_in_source_dtypes(source: Path, target: Path) -> str | None:
     from safetensors.torch import save_file
 
     from mlcore.hf.inputs import checkpoint_dtype
-    from mlcore.hf.loading import weight_files
     from mlcore.uploads import safetensors_header
 
     headers = {file.name: safetensors_header(file) for file in weight_files(source)}

@@ -19,7 +19,13 @@ import torch
 
 from mlcore.hf.adapter import adapt
 from mlcore.hf.architectures import HFModelError, arch_spec
-from mlcore.hf.checkpoint import BASE_TYPE_FIELD, SIDECAR, SIDECAR_MODEL_TYPE, apply_sidecar, base_model_type
+from mlcore.hf.checkpoint import (
+    BASE_TYPE_FIELD,
+    SIDECAR_MODEL_TYPE,
+    apply_sidecar,
+    base_model_type,
+    weight_files,
+)
 from mlcore.hf.families import EXPERT_COUNT_FIELDS, expert_count
 from mlcore.hf.inputs import check_config, check_tokenizer, check_weight_dtypes, checkpoint_dtype
 from mlcore.uploads import PICKLE_SUFFIXES, safetensors_header
@@ -95,10 +101,6 @@ def _dense(model_type: str) -> HFModelError:
         f"The {model_type} config declares no routed experts; MoE Lab's MoE jobs need a mixture-of-experts "
         "model (see docs/hf-support.md for the families)."
     )
-
-
-def weight_files(path: Path) -> list[Path]:
-    return sorted(p for p in Path(path).glob("*.safetensors") if p.name != SIDECAR)
 
 
 def load_dtype(path: Path, dtype: torch.dtype | None = None) -> torch.dtype:
