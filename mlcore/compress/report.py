@@ -12,21 +12,29 @@ from mlcore.compress.plan import CompressionPlan
 from mlcore.hf.adapter import MoEAdapter
 
 
-def sizes(model: nn.Module, adapter: MoEAdapter) -> dict[str, int]:
+def sizes(model: nn.Module, adapter: MoEAdapter, *, stored_as: torch.dtype | None = None) -> dict[str, int]:
     """Parameters and bytes the checkpoint stores, and what serving needs ("effective"): a novice
     costs its vector of H numbers instead of its expert's weights. Bytes come from each tensor's
-    own dtype (a bfloat16 checkpoint with float32 routers counts 2 and 4 bytes respectively)."""
+    own dtype (a bfloat16 checkpoint with float32 routers counts 2 and 4 bytes respectively);
+    ``stored_as`` is the dtype float32 tensors are written in (a float16 checkpoint computed in
+    float32 is stored back in float16, so its files, not its memory, are what is counted)."""
+
+    def element(tensor: torch.Tensor) -> int:
+        if stored_as is not None and tensor.dtype == torch.float32:
+            return stored_as.itemsize
+        return tensor.element_size()
+
     stored = sum(p.numel() for p in model.parameters())
-    stored_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    stored_bytes = sum(p.numel() * element(p) for p in model.parameters())
     saved = saved_bytes = 0
     for info in adapter.layers:
         tensors = [p for p in info.experts.parameters(recurse=False)]
         per_expert = sum(p[0].numel() for p in tensors) if info.num_experts else 0
-        per_expert_bytes = sum(p[0].numel() * p.element_size() for p in tensors) if info.num_experts else 0
-        element = tensors[0].element_size() if tensors else 0
+        per_expert_bytes = sum(p[0].numel() * element(p) for p in tensors) if info.num_experts else 0
+        element_bytes = element(tensors[0]) if tensors else 0
         for _ in adapter.novices.get(info.index, {}):
             saved += per_expert - info.hidden
-            saved_bytes += per_expert_bytes - info.hidden * element
+            saved_bytes += per_expert_bytes - info.hidden * element_bytes
     return {
         "parameters_stored": stored,
         "parameters_effective": stored - saved,

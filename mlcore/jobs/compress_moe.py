@@ -344,6 +344,8 @@ def _compress(
     source_name: str,
     batch_size: int,
 ) -> dict[str, Any]:
+    import torch
+
     from mlcore.compress.calibrate import calibrate
     from mlcore.compress.methods import NEEDS_LAYER_INPUTS, compressed_copy, make_plan
     from mlcore.compress.naee import CALIBRATION_ROWS
@@ -356,6 +358,8 @@ def _compress(
 
     streamed = mode == "layer-by-layer"
     stored_dtype = _stored_dtype(source)
+    # Sizes count what the files hold: a float16 checkpoint is computed in float32 but written in float16.
+    counted_as = stored_dtype if stored_dtype == torch.float16 else None
     adapter = adapt(model)
     num_experts, top_k = adapter.layers[0].num_experts, adapter.layers[0].top_k
     if params["keep"]:
@@ -399,7 +403,10 @@ def _compress(
     evaluating = ctx.span(start, start + share, "evaluating the original model")
     if streamed:
         ctx.log("evaluation reads the checkpoint layer by layer once per batch of held-out windows")
-    baseline = {**heldout.evaluate(model, tokenizer, on_progress=evaluating), **sizes(model, adapter)}
+    baseline = {
+        **heldout.evaluate(model, tokenizer, on_progress=evaluating),
+        **sizes(model, adapter, stored_as=counted_as),
+    }
     _metrics(ctx, "original", baseline)
     rows: list[dict[str, Any]] = []
     saved: Path | None = None
@@ -444,6 +451,7 @@ def _compress(
                 baseline,
                 evaluating,
                 before_source=None if traffic is None else traffic.start,
+                stored_as=counted_as,
             )
         row = {"method": method, "ratio": ratio, "keep": keeps[ratio], **_flat(result)}
         rows.append(row)
@@ -472,7 +480,7 @@ def _compress(
                     with exported as (export_model, export_adapter):
                         exporting = variant.part(evaluated, 1.0, label)
                         result = _evaluate_variant(
-                            export_model, export_adapter, heldout, tokenizer, baseline, exporting
+                            export_model, export_adapter, heldout, tokenizer, baseline, exporting, stored_as=counted_as
                         )
                     _metrics(ctx, f"{method}@{ratio:g}/stock_export", result)
                     row.update({f"stock_export_{k}": v for k, v in _flat(result).items() if not isinstance(v, dict)})
@@ -543,11 +551,12 @@ def _evaluate_variant(
     on_progress: Callable[[float, str], Any],
     *,
     before_source: Callable[[str | None], Any] | None = None,
+    stored_as: Any = None,
 ) -> dict[str, Any]:
     from mlcore.compress.report import sizes
 
     evaluated = heldout.evaluate(model, tokenizer, on_progress=on_progress, before_source=before_source)
-    result = {**evaluated, **sizes(model, adapter)}
+    result = {**evaluated, **sizes(model, adapter, stored_as=stored_as)}
     result["delta_ppl"] = result["ppl_mean"] - baseline["ppl_mean"]
     if "acc" in baseline:
         result["delta_acc"] = result["acc"] - baseline["acc"]

@@ -287,6 +287,10 @@ def test_a_float16_checkpoint_is_compressed_into_float16_holding_what_was_evalua
     source_bytes = sum(p.stat().st_size for p in half.glob("*.safetensors"))
     assert sum(p.stat().st_size for p in checkpoint.glob("model*.safetensors")) <= source_bytes * 1.01
     assert any("stored in float16" in line for line in ctx.lines)
+    # The sizes the report gives are the files' tensors: float16, not the float32 the job computed in.
+    scalars = ctx.metrics.scalars
+    assert scalars["original/bytes_stored"] == _tensor_bytes(half)
+    assert scalars["mone@0.25/stock_export/bytes_stored"] == _tensor_bytes(ctx.artifacts["checkpoint-stock"].path)
     # The file holds the model the report evaluated: the held-out perplexity recomputed from it is the
     # reported one (the novice vectors were made float16-exact before the evaluation).
     from mlcore.data.registry import TEXT_SOURCES
@@ -299,6 +303,19 @@ def test_a_float16_checkpoint_is_compressed_into_float16_holding_what_was_evalua
     assert next(reloaded.parameters()).dtype == torch.float32
     recomputed = heldout.evaluate(reloaded, tokenizer)["ppl_mean"]
     assert recomputed == ctx.metrics.scalars["mone@0.25/ppl_mean"]  # the same model: the same bits
+
+
+def _tensor_bytes(folder):
+    """The bytes of the tensors a checkpoint's safetensors files hold (their headers' offsets)."""
+    from mlcore.hf.checkpoint import weight_files
+    from mlcore.uploads import safetensors_header
+
+    return sum(
+        entry["data_offsets"][1] - entry["data_offsets"][0]
+        for file in weight_files(folder)
+        for name, entry in safetensors_header(file).items()
+        if name != "__metadata__"
+    )
 
 
 def test_a_rounded_plan_holds_float16_exact_novices_and_merged_weights():
