@@ -325,7 +325,10 @@ def measure(tier: str, *, compute: bool = True) -> list[dict[str, Any]]:
                         killed = done.returncode < 0 or done.returncode == 137
                         results[stage] = {"stage": stage, "failed": "killed (out of memory)" if killed else last}
                     CACHE.put(f"{spec.key}/{stage}", results[stage])
-            CACHE.put(f"{spec.key}/same_routing", _same_routing(folder))
+            # Compared only when both passes' routing is on disk (a resumed run may have rerun one).
+            recorded = [folder.parent / f"{folder.name}.{stage}.routing.pt" for stage in ("whole", "sequential")]
+            if all(path.is_file() for path in recorded):
+                CACHE.put(f"{spec.key}/same_routing", _same_routing(folder))
         size = sum(p.stat().st_size for p in folder.glob("model-*.safetensors")) if folder.is_dir() else 0
         size = size or CACHE.get(f"{spec.key}/size") or 0
         CACHE.put(f"{spec.key}/size", size)
