@@ -261,26 +261,15 @@ def _compress_stage(load: str, folder: Path, spec: ScaleConfig) -> dict[str, Any
 def _bound_bytes(folder: Path, ratio: float = 0.25) -> int:
     """The issue's size goal for a 25% MoNE output: non-expert bytes, kept experts' bytes and one
     hidden vector per novice (from the checkpoint's headers)."""
+    from mlcore.hf.checkpoint import stored_tensors
     from mlcore.hf.families import EXPERT_COUNT_FIELDS
-    from mlcore.hf.loading import weight_files
-    from mlcore.uploads import safetensors_header
 
     config = json.loads((folder / "config.json").read_text())
     experts = next(int(config[f]) for f in EXPERT_COUNT_FIELDS if isinstance(config.get(f), int) and config[f] > 1)
     hidden = int(config["hidden_size"])
-    expert_bytes = other = 0
-    for file in weight_files(folder):
-        for name, entry in safetensors_header(file).items():
-            if name == "__metadata__":
-                continue
-            numel = 1
-            for size in entry["shape"]:
-                numel *= size
-            nbytes = numel * (2 if entry["dtype"] in ("BF16", "F16") else 4)
-            if ".mlp.experts." in name:
-                expert_bytes += nbytes
-            else:
-                other += nbytes
+    tensors = list(stored_tensors(folder))
+    expert_bytes = sum(t.nbytes for t in tensors if ".mlp.experts." in t.name)
+    other = sum(t.nbytes for t in tensors) - expert_bytes
     pruned = round(ratio * experts)
     novices = pruned * int(config["num_hidden_layers"]) * hidden * 2
     return int(other + expert_bytes * (experts - pruned) / experts + novices)

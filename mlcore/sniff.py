@@ -104,6 +104,12 @@ class TextShape:
 
     format: str
     reason: str = ""
+    #: For ``csv``: the delimiter that splits every sampled row alike (readers take it from here).
+    delimiter: str = ""
+
+    @property
+    def dialect(self) -> type[csv.Dialect]:
+        return _standard(self.delimiter or ",")
 
 
 def _sniff_text(path: Path, head: bytes) -> str | None:
@@ -148,10 +154,7 @@ def _jsonl_problem(lines: list[tuple[int, str]]) -> str:
 
 
 def _csv_problem(lines: list[tuple[int, str]], truncated: bool) -> str:
-    """Why these lines are not a table, or "" when one delimiter splits every row into the same
-    number of fields (at least two, over at least two rows)."""
-    if _delimiter(lines, truncated) is not None:
-        return ""
+    """Why these lines, which no delimiter splits alike (:func:`_delimiter`), are not a table."""
     # To name the row that does not fit, split by the delimiter the first line uses most.
     first = lines[0][1]
     delimiter = max(CSV_DELIMITERS, key=first.count)
@@ -236,9 +239,10 @@ def text_shape(path: Path, head: bytes | None = None) -> TextShape | None:
         # It starts as JSON Lines, so a later line that is not a record is a broken record, not a
         # sign of a table (JSONL's quoted commas can look like consistent CSV fields).
         return TextShape("txt", jsonl)
+    delimiter = _delimiter(numbered, truncated)
+    if delimiter is not None:
+        return TextShape("csv", delimiter=delimiter)
     table = _csv_problem(numbered, truncated)
-    if not table:
-        return TextShape("csv")
     # The reason a refusal gives: JSON's when the file starts like JSON, else the table's.
     return TextShape("txt", jsonl if numbered[0][1].lstrip().startswith(("{", "[")) else table)
 

@@ -96,20 +96,46 @@ def select(scores: Tensor, keep: int, *, scope: str, top_k: int) -> list[list[in
 
 
 def apply_plan(adapter: MoEAdapter, plan: CompressionPlan) -> None:
-    """Carry out ``plan`` on the adapter's model, in place."""
+    """Carry out ``plan`` on the adapter's model, in place: every layer's part, then the config's."""
+    how = removal_of(adapter, plan)
+    counts = {info.num_experts for info in adapter.layers}
+    with torch.no_grad():
+        for info in list(adapter.layers):
+            apply_to_layer(adapter, plan, info.index, how)
+    finish_plan(adapter, plan, how, counts)
+    if how == "slice":
+        adapter.refresh()
+
+
+def removal_of(adapter: MoEAdapter, plan: CompressionPlan) -> str | None:
+    """How the plan's deletions are carried out in every layer (``MoEAdapter.removal``), or ``None``
+    for a novice plan, which deletes nothing."""
+    return None if plan.novices else adapter.removal(plan.keep)
+
+
+def apply_to_layer(adapter: MoEAdapter, plan: CompressionPlan, index: int, how: str | None) -> None:
+    """Decoder layer ``index``'s part of ``plan``: its novices, or its merged weights, REAP's
+    renormalisation and its deletions. A model streamed layer by layer
+    (:mod:`mlcore.compress.streamed`) calls it while the layer is in memory."""
     if plan.novices:
-        adapter.replace_with_novices(plan.novices)
+        if index in plan.novices:
+            adapter.replace_with_novices({index: plan.novices[index]})
         return
-    for layer, weights in plan.merged_weights.items():
-        experts = adapter.layer(layer).experts
-        with torch.no_grad():
-            for expert, (gate_up, down) in weights.items():
-                experts.gate_up_proj[expert] = gate_up.to(experts.gate_up_proj.dtype)
-                experts.down_proj[expert] = down.to(experts.down_proj.dtype)
-    if plan.renormalize:
-        for info in adapter.layers:
-            if hasattr(info.router, "norm_topk_prob"):
-                info.router.norm_topk_prob = True
-        if hasattr(adapter.model.config, "norm_topk_prob"):
-            adapter.model.config.norm_topk_prob = True
-    adapter.remove_experts(plan.keep)
+    experts = adapter.layer(index).experts
+    for expert, (gate_up, down) in plan.merged_weights.get(index, {}).items():
+        experts.gate_up_proj[expert] = gate_up.to(experts.gate_up_proj.dtype)
+        experts.down_proj[expert] = down.to(experts.down_proj.dtype)
+    router = adapter.layer(index).router
+    if plan.renormalize and hasattr(router, "norm_topk_prob"):
+        router.norm_topk_prob = True
+    if index in plan.keep and how is not None:
+        adapter.remove_in_layer(index, plan.keep[index], how)
+
+
+def finish_plan(adapter: MoEAdapter, plan: CompressionPlan, how: str | None, counts: set[int]) -> None:
+    """What the config holds of a plan once every layer has its part: the expert count after
+    slicing (``counts``: the counts before), ``norm_topk_prob`` after REAP."""
+    if how == "slice" and plan.keep:
+        adapter.set_expert_count(len(next(iter(plan.keep.values()))), counts)
+    if plan.renormalize and hasattr(adapter.model.config, "norm_topk_prob"):
+        adapter.model.config.norm_topk_prob = True

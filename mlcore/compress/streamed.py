@@ -21,8 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mlcore.compress.plan import CompressionPlan
-from mlcore.hf.adapter import MoEAdapter
+from mlcore.compress.plan import CompressionPlan, apply_to_layer, finish_plan, removal_of
 
 INDEX = "model.safetensors.index.json"
 
@@ -45,8 +44,8 @@ def write_compressed(
     target.mkdir(parents=True, exist_ok=False)
     with layer_by_layer(source) as model:
         adapter = adapt(model)
-        how = None if plan.novices else adapter.removal(plan.keep)
-        old_counts = {info.num_experts for info in adapter.layers}
+        how = removal_of(adapter, plan)
+        counts = {info.num_experts for info in adapter.layers}
         moe = {info.index for info in adapter.layers}
         stream = model.moelab_stream
         weight_map: dict[str, str] = {}
@@ -54,7 +53,7 @@ def write_compressed(
         for index in range(len(stream.layers)):
             with stream.hold(index) as layer, torch.no_grad():
                 if index in moe:
-                    _apply_to_layer(adapter, plan, index, how)
+                    apply_to_layer(adapter, plan, index, how)
                 state = {f"model.layers.{index}.{name}": t.contiguous() for name, t in layer.state_dict().items()}
                 file = f"model-layer-{index:05d}.safetensors"
                 save_file(state, target / file, metadata={"format": "pt"})
@@ -69,33 +68,13 @@ def write_compressed(
         (target / INDEX).write_text(
             json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1, sort_keys=True)
         )
-        if how == "slice" and plan.keep:
-            adapter.set_expert_count(len(next(iter(plan.keep.values()))), old_counts)
-        if plan.renormalize and hasattr(model.config, "norm_topk_prob"):
-            model.config.norm_topk_prob = True
+        finish_plan(adapter, plan, how, counts)
         for name, value in (config_fields or {}).items():
             setattr(model.config, name, value)
         model.config.save_pretrained(target)
         # Masks and novices are attributes of the routers and experts modules, not tensors of the
         # layers, so they outlive each layer's release and the sidecar sees every one.
         write_sidecar(adapter, target)
-
-
-def _apply_to_layer(adapter: MoEAdapter, plan: CompressionPlan, index: int, how: str | None) -> None:
-    """Layer ``index``'s part of :func:`mlcore.compress.plan.apply_plan`, in the same order."""
-    if plan.novices:
-        if index in plan.novices:
-            adapter.replace_with_novices({index: plan.novices[index]})
-        return
-    experts = adapter.layer(index).experts
-    for expert, (gate_up, down) in plan.merged_weights.get(index, {}).items():
-        experts.gate_up_proj[expert] = gate_up.to(experts.gate_up_proj.dtype)
-        experts.down_proj[expert] = down.to(experts.down_proj.dtype)
-    router = adapter.layer(index).router
-    if plan.renormalize and hasattr(router, "norm_topk_prob"):
-        router.norm_topk_prob = True
-    if index in plan.keep and how is not None:
-        adapter.remove_in_layer(index, plan.keep[index], how)
 
 
 def _unshared(state: dict[str, Tensor]) -> dict[str, Tensor]:

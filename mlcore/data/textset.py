@@ -98,12 +98,10 @@ def _read_jsonl(path: Path) -> list[tuple[str, str]]:
     return documents
 
 
-def _read_table(path: Path, text: str) -> list[tuple[str, str]] | None:
+def _read_table(path: Path, text: str, dialect: type[csv.Dialect]) -> list[tuple[str, str]] | None:
     """One document per row of a table's ``text`` column (and its ``name`` column if any), or
     ``None`` when the table has no ``text`` column (it is then read as plain text)."""
-    from mlcore.sniff import csv_dialect
-
-    reader = csv.reader(io.StringIO(text), csv_dialect(path))
+    reader = csv.reader(io.StringIO(text), dialect)
     header = [cell.strip().lower() for cell in next(reader, [])]
     if "text" not in header:
         return None
@@ -145,7 +143,7 @@ def _read_file(path: Path) -> list[tuple[str, str]]:
         except json.JSONDecodeError:
             pass
     shape = text_shape(path)
-    if shape is not None and shape.format == "csv" and (rows := _read_table(path, text)) is not None:
+    if shape is not None and shape.format == "csv" and (rows := _read_table(path, text, shape.dialect)) is not None:
         return rows
     return [(path.name, text)] if text else []
 

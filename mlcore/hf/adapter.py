@@ -194,6 +194,10 @@ class MoEAdapter:
         for index, ids in plan.items():
             self._slice(index, ids)
         self.set_expert_count(len(next(iter(plan.values()))) if plan else old.pop(), old)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the MoE layers after an edit that changed their expert counts."""
         self.layers = self._enumerate()
 
     def removal(self, keep: Mapping[int, Sequence[int]]) -> str:

@@ -23,6 +23,9 @@ stock transformers. For tools that run no remote code, export the model with the
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +47,29 @@ REMOTE_CODE = "modeling_moelab_sidecar.py"
 def weight_files(path: Path) -> list[Path]:
     """The checkpoint's safetensors shards (the sidecar is not one)."""
     return sorted(p for p in Path(path).glob("*.safetensors") if p.name != SIDECAR)
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    """One tensor of a checkpoint as its safetensors header describes it (no data is read)."""
+
+    name: str
+    dtype: str  #: safetensors' name: "BF16", "F32", "I64", ...
+    numel: int
+    nbytes: int
+
+
+def stored_tensors(path: Path) -> Iterator[StoredTensor]:
+    """Every weight tensor of the checkpoint at ``path``, from the shards' headers."""
+    from mlcore.uploads import safetensors_header
+
+    for file in weight_files(path):
+        for name, entry in safetensors_header(file).items():
+            if name == "__metadata__" or not isinstance(entry, dict):
+                continue
+            start, end = entry.get("data_offsets", (0, 0))
+            numel = math.prod(int(n) for n in entry.get("shape", []))
+            yield StoredTensor(name, str(entry.get("dtype")), numel, int(end) - int(start))
 
 
 def needs_sidecar(adapter: MoEAdapter) -> bool:
@@ -192,11 +218,10 @@ def store_in_source_dtypes(source: Path, target: Path) -> str | None:
     from mlcore.hf.inputs import checkpoint_dtype
     from mlcore.uploads import safetensors_header
 
-    headers = {file.name: safetensors_header(file) for file in weight_files(source)}
-    main = checkpoint_dtype(headers)
+    main = checkpoint_dtype({file.name: safetensors_header(file) for file in weight_files(source)})
     if main in (None, "F32", "F64"):
         return None
-    stored = {name: entry["dtype"] for h in headers.values() for name, entry in h.items() if name != "__metadata__"}
+    stored = {tensor.name: tensor.dtype for tensor in stored_tensors(source)}
     for file in [*weight_files(target), Path(target) / SIDECAR]:
         if not file.is_file():
             continue

@@ -110,8 +110,14 @@ def load_dtype(path: Path, dtype: torch.dtype | None = None) -> torch.dtype:
     CPU workers is slow and overflows where bfloat16's range does not."""
     if dtype is not None:
         return dtype
+    stored = stored_dtype(path)
+    return torch.float32 if stored == torch.float16 else stored
+
+
+def stored_dtype(path: Path) -> torch.dtype:
+    """The floating dtype most of the checkpoint's weight bytes are stored in (safetensors headers)."""
     stored = checkpoint_dtype({file.name: safetensors_header(file) for file in weight_files(path)})
-    return {"BF16": torch.bfloat16, "F64": torch.float64}.get(stored or "", torch.float32)
+    return {"BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}.get(stored or "", torch.float32)
 
 
 def load_model(

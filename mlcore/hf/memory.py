@@ -26,7 +26,6 @@ USABLE_SHARE = 0.8
 #: The interpreter, torch's libraries and the heap's slack, whatever the model.
 RUNTIME_BYTES = 1 << 30
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
-_BYTES = {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "BF16": 2, "F16": 2, "I16": 2, "U8": 1, "I8": 1, "BOOL": 1}
 
 
 @dataclass(frozen=True)
@@ -45,26 +44,18 @@ def memory_needs(path: Path, *, load_bytes: int, activations: int, working: int,
     """The needs of the checkpoint at ``path`` loaded at ``load_bytes`` per element, carrying
     ``activations`` bytes between layers and ``working`` bytes for one batch; a job that holds
     ``whole_copies`` copies of the weights at once (the original and an edited copy) says so."""
-    from mlcore.hf.loading import weight_files
-    from mlcore.uploads import safetensors_header
+    from mlcore.hf.checkpoint import stored_tensors
 
     per_layer: dict[int, int] = defaultdict(int)
     outside = 0
-    for file in weight_files(path):
-        for name, entry in safetensors_header(file).items():
-            if name == "__metadata__" or not isinstance(entry, dict):
-                continue
-            numel = 1
-            for size in entry.get("shape", []):
-                numel *= int(size)
-            # Integer and boolean tensors keep their size; floating weights take the load dtype's.
-            stored = _BYTES.get(str(entry.get("dtype")), 4)
-            nbytes = numel * (load_bytes if str(entry.get("dtype")).startswith(("F", "BF")) else stored)
-            match = _LAYER.search(name)
-            if match is None:
-                outside += nbytes
-            else:
-                per_layer[int(match[1])] += nbytes
+    for tensor in stored_tensors(path):
+        # Integer and boolean tensors keep their size; floating weights take the load dtype's.
+        nbytes = tensor.numel * load_bytes if tensor.dtype.startswith(("F", "BF")) else tensor.nbytes
+        match = _LAYER.search(tensor.name)
+        if match is None:
+            outside += nbytes
+        else:
+            per_layer[int(match[1])] += nbytes
     largest = max(per_layer.values(), default=0)
     return MemoryNeeds(
         whole=(outside + sum(per_layer.values())) * whole_copies + working + RUNTIME_BYTES,

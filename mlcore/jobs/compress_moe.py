@@ -355,9 +355,10 @@ def _compress(
     from mlcore.data.registry import TEXT_SOURCES
     from mlcore.eval.heldout import prepare_heldout
     from mlcore.hf import adapt, layer_by_layer
+    from mlcore.hf.loading import stored_dtype as stored_dtype_of
 
     streamed = mode == "layer-by-layer"
-    stored_dtype = _stored_dtype(source)
+    stored_dtype = stored_dtype_of(source)
     # Sizes count what the files hold: a float16 checkpoint is computed in float32 but written in float16.
     counted_as = stored_dtype if stored_dtype == torch.float16 else None
     adapter = adapt(model)
@@ -598,18 +599,6 @@ def _pruned_map(plan: Any, num_experts: int, method: str, ratio: float) -> dict[
     from mlcore.compress.report import heatmap, pruned_map_rows
 
     return heatmap(f"Pruned map: {method}, ratio {ratio:g}", pruned_map_rows(plan, num_experts), "state")
-
-
-def _stored_dtype(source: Path) -> Any:
-    """The floating dtype most of the source checkpoint's bytes are stored in."""
-    import torch
-
-    from mlcore.hf.inputs import checkpoint_dtype
-    from mlcore.hf.loading import weight_files
-    from mlcore.uploads import safetensors_header
-
-    stored = checkpoint_dtype({file.name: safetensors_header(file) for file in weight_files(source)})
-    return {"F16": torch.float16, "BF16": torch.bfloat16}.get(stored or "", torch.float32)
 
 
 def _written(ctx: JobContext, source: Path, folder: Path, tokenizer: Any) -> None:
