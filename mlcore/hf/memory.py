@@ -39,6 +39,13 @@ class MemoryNeeds:
     outside: int
     largest_layer: int
 
+    def log_line(self, mode: str) -> str:
+        """What a job logs once it has chosen ``mode``: both modes' needs."""
+        return (
+            f"loading {mode}: about {self.whole / 2**20:,.0f} MB whole, {self.layer_by_layer / 2**20:,.0f} MB layer "
+            "by layer (weights, carried activations and one batch)"
+        )
+
 
 def memory_needs(path: Path, *, load_bytes: int, activations: int, working: int, whole_copies: int = 1) -> MemoryNeeds:
     """The needs of the checkpoint at ``path`` loaded at ``load_bytes`` per element, carrying
@@ -126,11 +133,10 @@ def plan_load(
 ) -> tuple[str, MemoryNeeds]:
     """The load mode for running ``tokens`` tokens (``batch_tokens`` at a time) through the
     checkpoint at ``path`` on ``device``, and what it needs; refuses as :func:`choose_load` does."""
+    from mlcore.hf.checkpoint import base_model_type
     from mlcore.hf.support import GAPS
 
     raw, needs = _needs(path, tokens=tokens, batch_tokens=batch_tokens, whole_copies=whole_copies)
-    from mlcore.hf.checkpoint import base_model_type
-
     streamable = "layer_by_layer_load" not in GAPS.get(base_model_type(raw), {})
     free = available_bytes(device) if available is None else available
     return choose_load(mode, needs, free, streamable=streamable), needs

@@ -320,10 +320,7 @@ def _load_mode(params: dict[str, Any], source: Path, ctx: JobContext, *, tokens:
         )
     except HFModelError as exc:
         raise JobError(str(exc)) from None
-    ctx.log(
-        f"loading {mode}: about {needs.whole / 2**20:,.0f} MB whole, {needs.layer_by_layer / 2**20:,.0f} MB layer by "
-        "layer (weights, carried activations and one batch)"
-    )
+    ctx.log(needs.log_line(mode))
     whole_only = [m for m in params["methods"] if m in WHOLE_ONLY]
     if mode == "layer-by-layer" and whole_only:
         raise JobError(

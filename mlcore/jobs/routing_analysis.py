@@ -245,10 +245,7 @@ def _record_trace(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContex
         )
     except HFModelError as exc:
         raise JobError(str(exc)) from None
-    ctx.log(
-        f"loading {mode}: about {needs.whole / 2**20:,.0f} MB whole, {needs.layer_by_layer / 2**20:,.0f} MB layer by "
-        "layer (weights, carried activations and one batch)"
-    )
+    ctx.log(needs.log_line(mode))
     recording = ctx.span(0.0, 0.3, "recording routing")
     if mode == "whole":
         model = load_model(folder, device=ctx.device)
