@@ -98,6 +98,29 @@ def _read_jsonl(path: Path) -> list[tuple[str, str]]:
     return documents
 
 
+def _read_json_document(path: Path) -> list[tuple[str, str]] | None:
+    """A ``.json`` file that is one JSON document (an export's pretty-printed list of records, a
+    list of strings, or one record), or ``None`` when it is not one document (then it is JSON Lines)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    records = data if isinstance(data, list) else [data]
+    documents = []
+    for number, record in enumerate(records, 1):
+        if isinstance(record, dict) and isinstance(record.get("text"), str):
+            name, text = str(record.get("name", f"{path.stem}:{number}")), record["text"]
+        elif isinstance(record, str):
+            name, text = f"{path.stem}:{number}", record
+        else:
+            raise TextDatasetError(
+                f'{path.name}: record {number} is neither a string nor an object with a "text" string field'
+            )
+        if text.strip():
+            documents.append((name, text.strip()))
+    return documents
+
+
 def _read_table(path: Path, text: str, dialect: type[csv.Dialect]) -> list[tuple[str, str]] | None:
     """One document per row of a table's ``text`` column (and its ``name`` column if any), or
     ``None`` when the table has no ``text`` column (it is then read as plain text)."""
@@ -127,7 +150,9 @@ def _read_file(path: Path) -> list[tuple[str, str]]:
 
     if path.stat().st_size == 0:
         raise TextDatasetError(f"{path.name} is empty; upload a UTF-8 text or JSONL file with some text in it")
-    if path.suffix.lower() == ".jsonl" or path.suffix.lower() == ".json":
+    if path.suffix.lower() == ".json" and (documents := _read_json_document(path)) is not None:
+        return documents
+    if path.suffix.lower() in (".jsonl", ".json"):
         return _read_jsonl(path)
     try:
         text = path.read_text(encoding="utf-8-sig").strip()

@@ -30,7 +30,7 @@ def _text(root: Path) -> dict[str, Any]:
         if fmt not in TEXT_FORMATS:
             found = f"a {fmt} file" if fmt else "binary data"
             name = relative_name(path, root)
-            raise JobError(f"{name} is {found}, not text; a text dataset holds .txt, .jsonl or .csv.")
+            raise JobError(f"{name} is {found}, not text; a text dataset holds .txt, .json, .jsonl or .csv.")
         with path.open("rb") as f:
             records += sum(1 for line in f if line.strip())
     return {"records": records}
@@ -115,7 +115,7 @@ TEXT = ItemKind(
     name="text",
     category="dataset",
     title="Text corpus",
-    summary="Text files (.txt, .jsonl, .csv); records are non-empty lines.",
+    summary="Text files (.txt, .json, .jsonl, .csv); records are non-empty lines.",
     formats=(*TEXT_FORMATS, *ARCHIVES),
     check=_text,
 )

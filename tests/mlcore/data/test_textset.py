@@ -114,3 +114,34 @@ def test_a_folder_without_text_files_says_what_to_add(tmp_path):
     (tmp_path / "card.json").write_text("{}")
     with pytest.raises(TextDatasetError, match="holds no text files; add UTF-8 text, JSONL or CSV"):
         load_text_dataset(tmp_path)
+
+
+def test_it_reads_a_pretty_printed_json_export_as_its_records(tmp_path):
+    path = tmp_path / "export.json"
+    records = [{"name": f"note{i}", "text": f"record {i} " * 30} for i in range(4)]
+    path.write_text(json.dumps(records, indent=2), encoding="utf-8-sig")
+    data = load_text_dataset(path)
+    assert [name for name, _ in data.documents] == ["note0", "note1", "note2", "note3"]
+    assert data.documents[2][1].startswith("record 2")
+
+
+def test_it_reads_a_json_list_of_strings_and_a_single_json_record(tmp_path):
+    strings = tmp_path / "strings.json"
+    strings.write_text(json.dumps(["first " * 40, "  ", "second " * 40], indent=1))
+    assert [text.split()[0] for _, text in load_text_dataset(strings).documents] == ["first", "second"]
+    single = tmp_path / "one.json"
+    single.write_text(json.dumps({"text": "only " * 60}, indent=4))
+    assert len(load_text_dataset(single).documents) == 1
+
+
+def test_it_names_the_record_of_a_json_document_that_holds_no_text(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{"text": "fine " * 60}, {"body": "no"}], indent=2))
+    with pytest.raises(TextDatasetError, match='record 2 is neither a string nor an object with a "text"'):
+        load_text_dataset(path)
+
+
+def test_a_json_file_of_json_lines_is_still_read_line_by_line(tmp_path):
+    path = tmp_path / "lines.json"
+    path.write_text("\n".join(json.dumps({"text": f"line {i} " * 30}) for i in range(3)))
+    assert len(load_text_dataset(path).documents) == 3

@@ -47,7 +47,7 @@ def test_a_refusal_names_the_file_inside_the_item_never_the_folder(tmp_path: Pat
     (root / "blob.dat").write_bytes(bytes(range(256)) * 4)
     with pytest.raises(JobError) as refused:
         card_for("text", "dataset", root)
-    assert str(refused.value) == "blob.dat is binary data, not text; a text dataset holds .txt, .jsonl or .csv."
+    assert str(refused.value) == "blob.dat is binary data, not text; a text dataset holds .txt, .json, .jsonl or .csv."
 
 
 def test_a_kind_no_library_holds_is_refused_with_a_sentence(tmp_path: Path) -> None:
