@@ -12,7 +12,8 @@ What a user can bring (a folder: an unpacked zip / tar upload, or a ``pointcloud
 - **A class map**, ``classes.json`` / ``classes.yaml`` anywhere in the folder: ``{"2": "ground",
   "6": "building"}``, ``{"ground": 2}`` or a list of names (index = id). A name of ``null`` or
   ``"ignore"`` makes those points unlabelled. Without a map, PLY files of ours carry their names in
-  ``comment moelab label`` lines, LAS files get the ASPRS names and anything else "class N".
+  ``comment moelab label`` lines, LAS files the names of their Classification Lookup VLR (what
+  pointcloud-segment writes) or else the ASPRS names, and anything else "class N".
 
 Every refusal is a :class:`~mlcore.errors.JobError` that names the file and what to do: no labels
 found, a label count that differs from the point count, ids the map does not name, one class only,
@@ -190,6 +191,41 @@ def moelab_label_names(path: Path) -> dict[int, str]:
     return names
 
 
+def las_lookup_names(path: Path) -> dict[int, str]:
+    """Names from a LAS/LAZ's Classification Lookup VLR (LAS 1.4 R15, section 2.5.3: 256 records of
+    a code and 15 ASCII characters), as pointcloud-segment and other software write it, so a file
+    labelled with a user's own classes reads back under their names. Read from the raw header (the
+    VLRs precede the points, compressed or not): laspy's parser drops characters such as ``/``."""
+    import struct
+
+    names: dict[int, str] = {}
+    with path.open("rb") as f:
+        head = f.read(104)
+        if len(head) < 104 or head[:4] != b"LASF":
+            return names
+        header_size, _, count = struct.unpack_from("<HII", head, 94)
+        f.seek(header_size)
+        for _ in range(min(count, 1024)):
+            vlr = f.read(54)
+            if len(vlr) < 54:
+                break
+            user_id, record_id, length = vlr[2:18].rstrip(b"\0"), *struct.unpack_from("<HH", vlr, 18)
+            data = f.read(length)
+            if user_id == b"LASF_Spec" and record_id == 0:
+                for offset in range(0, len(data) - 15, 16):
+                    text = data[offset + 1 : offset + 16].split(b"\0", 1)[0].decode("ascii", "replace").strip()
+                    if text:
+                        names[data[offset]] = text
+                break
+    return names
+
+
+def _described(path: Path) -> dict[int, str]:
+    """The lookup's names of classified codes: 0 and 1 stay unlabelled (a writer may name code 1 by
+    the several classes it lumped there, which is no class to learn)."""
+    return {code: name for code, name in las_lookup_names(path).items() if code not in LAS_UNLABELLED}
+
+
 # -- labels of one scan ----------------------------------------------------------------------------
 
 
@@ -331,6 +367,9 @@ def read_scan_set(
             if fmt in ("las", "laz"):
                 for code in LAS_UNLABELLED:
                     names.setdefault(code, None)
+        elif fmt in ("las", "laz") and (described := _described(path)):
+            names = {**dict.fromkeys(LAS_UNLABELLED), **ASPRS_CLASSES, **described}
+            names_from = "its Classification Lookup (the ASPRS names for codes it does not describe)"
         elif fmt in ("las", "laz"):
             names, names_from = {**dict.fromkeys(LAS_UNLABELLED), **ASPRS_CLASSES}, "the ASPRS classes"
         elif fmt == "ply" and (ours := moelab_label_names(path)):

@@ -112,3 +112,52 @@ def test_the_split_follows_the_content_not_the_file_names_formats_or_order(tmp_p
         assert train and held and len(train) + len(held) == 6
         splits.append(sorted(s.digest for s in held))
     assert splits[0] == splits[1]
+
+
+def _las_with_lookup(path, seed, lookups, *, compressed=False):
+    """A LAS 1.4 (point format 6) whose user codes 64 and 65 are named only by a Classification
+    Lookup VLR, as pointcloud-segment and other software write one."""
+    xyz, _, ids = cloud(seed, classes=(64, 65, 1))
+    header = laspy.LasHeader(point_format=6, version="1.4")
+    header.scales, header.offsets = np.array([0.001] * 3), np.zeros(3)
+    lookup = laspy.vlrs.known.ClassificationLookupVlr()
+    lookup.lookups.update(lookups)
+    header.vlrs.append(lookup)
+    las = laspy.LasData(header)
+    las.x, las.y, las.z = xyz[:, 0], xyz[:, 1], xyz[:, 2]
+    las.classification = ids.astype(np.uint8)
+    las.write(path, do_compress=compressed)
+
+
+@pytest.mark.parametrize("suffix", ["las", "laz"])
+def test_a_las_names_its_own_codes_by_its_classification_lookup(tmp_path, suffix):
+    for i in range(2):
+        _las_with_lookup(
+            tmp_path / f"tile-{i}.{suffix}",
+            i,
+            {64: "asphalt", 65: "road marking", 1: "lumped"},
+            compressed=suffix == "laz",
+        )
+    lines = []
+    scan_set = read_scan_set(tmp_path, log=lines.append)
+    assert set(scan_set.class_names) == {"asphalt", "road marking"}
+    assert "Classification Lookup" in " ".join(lines)
+    scan = scan_set.scans[0]
+    assert scan.labelled == (laspy.read(tmp_path / f"tile-0.{suffix}").classification != 1).sum()
+
+
+def test_a_segmented_las_reads_back_under_the_names_it_was_written_with(tmp_path):
+    from mlcore.pointcloud.io.las_out import _lookup_vlr
+
+    xyz, _, _ = cloud(0, classes=(2,))
+    for i in range(2):
+        header = laspy.LasHeader(point_format=6, version="1.4")
+        header.scales, header.offsets = np.array([0.001] * 3), np.zeros(3)
+        las = laspy.LasData(header)
+        las.x, las.y, las.z = xyz[:, 0] + i, xyz[:, 1], xyz[:, 2]
+        labels = np.arange(len(xyz)) % 2
+        codes = np.where(labels == 0, 64, 65)
+        las.classification = codes.astype(np.uint8)
+        las.vlrs.append(_lookup_vlr(codes, labels, ["curb/kerb", "pole-arm"], own=True))
+        las.write(tmp_path / f"out-{i}.las")
+    assert set(read_scan_set(tmp_path).class_names) == {"curb/kerb", "pole-arm"}
