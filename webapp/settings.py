@@ -238,6 +238,9 @@ WORKER_MEMORY_LIMIT = env_int("MOELAB_WORKER_MEMORY_BYTES", 0)
 
 # -- worker scratch (workers/scratch.py): each worker sweeps what killed jobs left in its temp dir --
 SCRATCH_SWEEP_SECONDS = env_int("MOELAB_SCRATCH_SWEEP_SECONDS", 300)
+# -- what a killed job finished, for the next attempt or a re-run (workers/resume.py) --
+RESUME_DIR = Path(env_str("MOELAB_RESUME_DIR", str(VAR_DIR / "resume")))
+RESUME_DAYS = env_int("MOELAB_RESUME_DAYS", 7)
 
 # -- team library (uploads land in a local part file until complete; workers cache items by sha256) --
 LIBRARY_UPLOAD_DIR = Path(env_str("MOELAB_UPLOAD_DIR", str(VAR_DIR / "uploads")))

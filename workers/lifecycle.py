@@ -23,6 +23,7 @@ from webapp.jobs.services import safe_message
 from webapp.library.cache import leases as library_leases
 from workers.context import DatabaseContext
 from workers.device import task_device
+from workers.resume import forget, resume_folder
 from workers.scratch import JobScratch
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,13 @@ def _execute(job: Job, ctx: DatabaseContext) -> Outcome:
             return runner.internal_error(exc, during="while preparing the inputs")
         record = provenance.collect(seed=runner.seed_of(kind, params), device=ctx.device_name, inputs=inputs)
         Job.objects.filter(pk=job.pk).update(provenance=record)
-        return runner.execute(kind, params, inputs, ctx, passthrough=(SoftTimeLimitExceeded,))
+        ctx.resume_dir = resume_folder(
+            settings.RESUME_DIR, team=job.team_id, kind=job.kind, params=params, provenance=record
+        )
+        outcome = runner.execute(kind, params, inputs, ctx, passthrough=(SoftTimeLimitExceeded,))
+        if outcome.status != "failed":  # a failure keeps what it finished for the next attempt
+            forget(ctx.resume_dir)
+        return outcome
 
 
 def run_job(job_id: str, *, worker: str | None = None) -> str:

@@ -185,11 +185,18 @@ class ScratchSweeper:
         self._thread.start()
 
     def _run(self) -> None:
+        from django.conf import settings
         from django.db import connection
+
+        from workers.resume import sweep_resume
 
         try:
             while True:
                 sweep_logged()
+                try:
+                    sweep_resume(settings.RESUME_DIR, days=settings.RESUME_DAYS)
+                except OSError:
+                    log.exception("resume sweep failed")
                 if self._stop.wait(self.interval):
                     return
         finally:

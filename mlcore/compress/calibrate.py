@@ -52,6 +52,8 @@ def calibrate(
     sequential: bool = False,
     on_layer: Callable[[int, int], Any] | None = None,
     spill_dir: Path | None = None,
+    checkpoint_dir: Path | None = None,
+    on_resume: Callable[[int, int], Any] | None = None,
 ) -> Calibration:
     """Run ``windows`` ([N, L] token ids) through the model and collect per-expert statistics.
 
@@ -61,7 +63,10 @@ def calibrate(
     ``sequential``: every batch through decoder layer i before layer i + 1
     (:func:`mlcore.hf.sequential.run_sequentially`), for a model streamed with ``layer_by_layer``
     (each layer read once); progress then comes per layer (``on_layer``). The statistics are the
-    same sums in another order.
+    same sums in another order. ``checkpoint_dir`` (sequential only) keeps the pass's progress
+    there after every layer, so a call after a killed one continues from its first unfinished
+    layer with the same statistics (:class:`mlcore.hf.sequential.PassCheckpoint`), and says so
+    through ``on_resume(layers done, total)``.
     """
     counts = {info.num_experts for info in adapter.layers}
     if len(counts) != 1:
@@ -99,18 +104,36 @@ def calibrate(
     starts = list(range(0, len(windows), batch_size))
     try:
         if sequential:
-            from mlcore.hf.sequential import run_sequentially
+            from mlcore.hf.sequential import PassCheckpoint, batches_key, run_sequentially
 
             def before_batch(b: int) -> None:
                 offset[0] = starts[b] * windows.shape[1]
 
+            batches = [windows[start : start + batch_size] for start in starts]
+            checkpoint = None
+            if checkpoint_dir is not None:
+
+                def save_state(path: Path) -> None:
+                    torch.save({"stats": stats.state_dict(), "gated": gated, "sampled": sampled}, path)
+
+                def load_state(path: Path) -> None:
+                    saved = torch.load(path, weights_only=True)
+                    stats.load_state_dict(saved["stats"])
+                    gated.copy_(saved["gated"])
+                    sampled.update(saved["sampled"])
+
+                key = f"{batches_key(model, batches)}-{keep_inputs}-{seed}"
+                checkpoint = PassCheckpoint(
+                    checkpoint_dir, key, save_state=save_state, load_state=load_state, on_resume=on_resume
+                )
             with adapter.capture_expert_outputs(on_outputs):
                 run_sequentially(
                     model,
-                    [windows[start : start + batch_size] for start in starts],
+                    batches,
                     before_batch=before_batch,
                     on_layer=on_layer,
                     spill_dir=spill_dir,
+                    checkpoint=checkpoint,
                 )
             for i in range(len(layers)):
                 stats.count_tokens(i, windows.numel())

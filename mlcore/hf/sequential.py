@@ -176,24 +176,112 @@ def _same(a: Any, b: Any) -> bool:
 
 class Activations:
     """The carried hidden states, one tensor per batch: in memory, or in files under a temporary
-    folder when they would exceed ``spill_bytes`` (the folder goes when the pass ends)."""
+    folder when they would exceed ``spill_bytes`` (the folder goes when the pass ends).
 
-    def __init__(self, stack: ExitStack, total_bytes: int, spill_bytes: int, spill_dir: Path | None) -> None:
+    With a :class:`PassCheckpoint` they always live in its folder, in two slots: layer i reads the
+    slot layer i − 1 wrote and writes the other, so the inputs of the first unfinished layer are on
+    disk, whole, whenever the process dies."""
+
+    def __init__(
+        self,
+        stack: ExitStack,
+        total_bytes: int,
+        spill_bytes: int,
+        spill_dir: Path | None,
+        checkpoint: PassCheckpoint | None = None,
+        slot: int = 0,
+    ) -> None:
         self.memory: dict[int, Tensor] = {}
         self.folder: Path | None = None
-        if total_bytes > spill_bytes:
+        self.checkpoint, self.slot = checkpoint, slot
+        if checkpoint is not None:
+            for name in ("acts-0", "acts-1"):
+                (checkpoint.folder / name).mkdir(parents=True, exist_ok=True)
+        elif total_bytes > spill_bytes:
             self.folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="moelab-acts-", dir=spill_dir)))
 
+    def _file(self, batch: int, slot: int) -> Path:
+        if self.checkpoint is not None:
+            return self.checkpoint.folder / f"acts-{slot}" / f"{batch}.pt"
+        assert self.folder is not None
+        return self.folder / f"{batch}.pt"
+
     def put(self, batch: int, hidden: Tensor) -> None:
-        if self.folder is None:
+        """The output of the layer now running (with a checkpoint: into the slot it does not read)."""
+        if self.folder is None and self.checkpoint is None:
             self.memory[batch] = hidden
         else:
-            torch.save(hidden.cpu(), self.folder / f"{batch}.pt")
+            torch.save(hidden.cpu(), self._file(batch, 1 - self.slot))
 
     def get(self, batch: int, device: torch.device) -> Tensor:
-        if self.folder is None:
+        if self.folder is None and self.checkpoint is None:
             return self.memory[batch]
-        return torch.load(self.folder / f"{batch}.pt", weights_only=True).to(device)
+        return torch.load(self._file(batch, self.slot), weights_only=True).to(device)
+
+    def flip(self) -> None:
+        """A layer has run every batch: its outputs are the next layer's inputs."""
+        if self.checkpoint is not None:
+            self.slot = 1 - self.slot
+
+
+class PassCheckpoint:
+    """What lets a sequential pass whose process dies (a killed worker, an OOM kill) continue from
+    its first unfinished layer instead of layer 0, bit for bit as if it had not stopped.
+
+    After each layer the pass commits, in this order: the carried activations (already in a slot of
+    ``folder``), the caller's accumulated state (``save_state(path)``, e.g. calibration statistics)
+    and last ``progress.json`` (written to a temporary name and renamed, so it is never half
+    written) naming the layers done and the slot holding their output. A commit that dies half way
+    leaves the previous one in force. ``key`` names the pass (the model and batches): a folder left
+    by another pass is ignored and overwritten."""
+
+    def __init__(
+        self,
+        folder: Path,
+        key: str,
+        *,
+        save_state: Callable[[Path], Any],
+        load_state: Callable[[Path], Any],
+        on_resume: Callable[[int, int], Any] | None = None,
+    ) -> None:
+        self.folder, self.key = Path(folder), key
+        self.save_state, self.load_state, self.on_resume = save_state, load_state, on_resume
+
+    def resume(self, total: int) -> tuple[int, int]:
+        """(layers done, slot of their output), having loaded the caller's state; (0, 0) to start afresh."""
+        import json
+
+        try:
+            progress = json.loads((self.folder / "progress.json").read_text())
+        except (OSError, ValueError):
+            return 0, 0
+        if progress.get("key") != self.key or not isinstance(progress.get("layers"), int):
+            return 0, 0
+        self.load_state(self.folder / f"state-{progress['slot']}.pt")
+        if self.on_resume is not None:
+            self.on_resume(progress["layers"], total)
+        return progress["layers"], progress["slot"]
+
+    def commit(self, layers: int, slot: int) -> None:
+        import json
+        import os
+
+        self.save_state(self.folder / f"state-{slot}.pt")
+        temporary = self.folder / "progress.json.tmp"
+        temporary.write_text(json.dumps({"key": self.key, "layers": layers, "slot": slot}))
+        os.replace(temporary, self.folder / "progress.json")
+
+
+def batches_key(model: nn.Module, batches: Sequence[Tensor]) -> str:
+    """A name for a pass over ``batches`` through ``model``: its config and every token id."""
+    import hashlib
+
+    config = {k: v for k, v in model.config.to_dict().items() if not k.startswith("_")}  # not where it was read from
+    digest = hashlib.sha256(repr(sorted(config.items(), key=str)).encode())
+    for ids in batches:
+        digest.update(repr(tuple(ids.shape)).encode())
+        digest.update(ids.detach().cpu().to(torch.int64).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def run_sequentially(
@@ -205,6 +293,7 @@ def run_sequentially(
     on_output: Callable[[int, Any], Any] | None = None,
     spill_bytes: int = SPILL_BYTES,
     spill_dir: Path | None = None,
+    checkpoint: PassCheckpoint | None = None,
 ) -> None:
     """Run ``batches`` (token ids, [B, L] each) through ``model`` layer-major (module docstring).
 
@@ -212,7 +301,9 @@ def run_sequentially(
     position use it), ``on_layer(done, total)`` after each layer, and ``on_output(b, output)``
     with the model's own output (logits) for each batch when given; without it, the pass stops
     after the last layer. A model from ``layer_by_layer`` reads each layer once; a model in memory
-    runs the same way."""
+    runs the same way. With ``checkpoint`` the pass commits after every layer and starts from the
+    first layer its folder does not hold (:class:`PassCheckpoint`); ``on_layer`` then reports only
+    the layers this call runs."""
     layers = decoder_layers(model)
     stream = getattr(model, "moelab_stream", None)
     device = next(p.device for p in model.parameters() if not p.is_meta)
@@ -224,11 +315,14 @@ def run_sequentially(
             first.append(hidden)
             calls.append(layer_calls)
         total = sum(h.numel() * h.element_size() for h in first)
-        carried = Activations(stack, total, spill_bytes, spill_dir)
-        for b, hidden in enumerate(first):
-            carried.put(b, hidden)
+        done, slot = checkpoint.resume(len(layers)) if checkpoint is not None else (0, 0)
+        carried = Activations(stack, total, spill_bytes, spill_dir, checkpoint, slot)
+        if not done:
+            for b, hidden in enumerate(first):
+                carried.put(b, hidden)
+            carried.flip()
         first.clear()
-        for index in range(len(layers)):
+        for index in range(done, len(layers)):
             with stream.hold(index) if stream is not None else _nothing():
                 layer = layers[index]
                 for b in range(len(batches)):
@@ -242,6 +336,9 @@ def run_sequentially(
                             "this model cannot run layer by layer."
                         )
                     carried.put(b, out)
+            carried.flip()
+            if checkpoint is not None:
+                checkpoint.commit(index + 1, carried.slot)
             if on_layer is not None:
                 on_layer(index + 1, len(layers))
         if on_output is None:

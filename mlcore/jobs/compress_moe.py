@@ -385,6 +385,13 @@ def _compress(
         sequential=streamed,
         on_layer=lambda done, total: calibrating.count(done, total, "decoder layer"),
         spill_dir=ctx.workdir,
+        # Layer by layer, a 14 GB model calibrates for many minutes: a killed attempt's re-run continues.
+        checkpoint_dir=ctx.resume_dir / "calibration" if streamed and ctx.resume_dir is not None else None,
+        on_resume=lambda done, total: ctx.log(
+            f"calibration continues from decoder layer {done + 1} of {total}: an earlier attempt finished the rest"
+            if done < total
+            else "calibration: an earlier attempt finished every decoder layer; its statistics are reused"
+        ),
     )
     ctx.log(f"calibrated on {calibration.tokens} tokens of {source_name} ({len(windows)} sequences)")
     _log_coverage(ctx, calibration, source_name)

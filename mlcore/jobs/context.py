@@ -103,6 +103,9 @@ class JobContext(ABC):
 
     def __init__(self, *, workdir: Path, device: str = "cpu") -> None:
         self.workdir = workdir
+        #: A folder that outlives a failed attempt, named by what the job computes, for progress a
+        #: later attempt continues from (``None``: nothing is kept). Kinds create it when they write.
+        self.resume_dir: Path | None = None
         self.device_name = device
         self.metrics = Metrics()
         self.charts: dict[str, dict[str, Any]] = {}

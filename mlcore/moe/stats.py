@@ -50,6 +50,22 @@ class ExpertStatistics:
         self.m2 = torch.zeros(num_layers, num_experts, hidden, dtype=f64)
         self.tokens = torch.zeros(num_layers, dtype=torch.int64)
 
+    #: The accumulators, the whole state of a pass so far.
+    ACCUMULATORS = ("count", "gate_sum", "norm_sum", "mean", "m2", "tokens")
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {name: getattr(self, name) for name in self.ACCUMULATORS}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Continue from saved accumulators (of statistics of the same shape)."""
+        for name in self.ACCUMULATORS:
+            mine = getattr(self, name)
+            if state[name].shape != mine.shape or state[name].dtype != mine.dtype:
+                raise ValueError(
+                    f"saved {name} is {tuple(state[name].shape)} {state[name].dtype}, not {tuple(mine.shape)}"
+                )
+            mine.copy_(state[name])
+
     # -- accumulation ------------------------------------------------------------------------
     def count_tokens(self, layer: int, n: int) -> None:
         """Add n tokens to the layer's |X| (every token the layer saw, selected or not)."""

@@ -332,3 +332,36 @@ def test_a_rounded_plan_holds_float16_exact_novices_and_merged_weights():
         assert tensor.dtype == torch.float32 and torch.equal(tensor, tensor.half().float())
         assert not torch.equal(tensor, vector)  # 1/3 is not a float16 number
     assert rounded(plan, torch.float32) is plan
+
+
+class _DiesAfterFirstLayer(InMemoryContext):
+    """A worker that dies once calibration has finished its first decoder layer."""
+
+    def _on_progress(self) -> None:
+        super()._on_progress()
+        if self.stage.endswith("decoder layer 1 of 2"):
+            raise SystemExit("killed")
+
+
+def test_a_re_run_after_a_killed_attempt_continues_calibration_from_its_last_finished_layer(
+    tiny_lm, calibration_file, tmp_path
+):
+    kind = get_kind("compress-moe")
+    raw = {**FAST, "model": str(tiny_lm), "methods": "mone", "ratios": "0.25", "load": "layer-by-layer"}
+    files = {"calibration_file": [calibration_file]}
+
+    def attempt(ctx, resume_dir):
+        ctx.resume_dir = resume_dir
+        params, inputs = prepare(kind, raw, files, resolver=LocalResolver(), workdir=ctx.workdir)
+        return execute(kind, params, inputs, ctx, passthrough=(SystemExit,))
+
+    with pytest.raises(SystemExit):
+        attempt(_DiesAfterFirstLayer(), tmp_path / "resume")
+    resumed = InMemoryContext()
+    assert attempt(resumed, tmp_path / "resume").status == "succeeded"
+    assert "calibration continues from decoder layer 2 of 2: an earlier attempt finished the rest" in resumed.lines
+    fresh = InMemoryContext()
+    assert attempt(fresh, None).status == "succeeded"
+    assert not any("continues from" in line for line in fresh.lines)
+    for name in ("original/ppl_mean", "mone@0.25/ppl_mean"):
+        assert resumed.metrics.scalars[name] == fresh.metrics.scalars[name], name
