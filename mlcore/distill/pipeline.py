@@ -9,6 +9,11 @@ finite is skipped and counted, never silently repaired.
 Evaluation on held-out windows: forward KL(p‖q) and reverse KL(q‖p) to the teacher per token,
 top-1 agreement, the student's perplexity of the text; and on student samples the teacher's NLL
 (quality) and distinct-2 (diversity).
+
+The frozen teacher is only ever asked for the logits of token windows, so training and held-out
+evaluation take those logits from a :class:`WindowLogits` source: the teacher's forward
+(:class:`TeacherLogits`) or logits computed beforehand, e.g. by one layer-by-layer pass over a
+teacher larger than memory (:mod:`mlcore.distill.streamed_teacher`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -121,6 +126,14 @@ class SharpenedTeacher(torch.nn.Module):
         return CausalLMOutput(logits=self.teacher(input_ids=input_ids).logits / self.temperature)
 
 
+class WindowLogits(Protocol):
+    """The frozen teacher's fp32 logits ``[len(index), L, V]`` for rows ``index`` of ``windows``."""
+
+    windows: torch.Tensor
+
+    def __call__(self, index: torch.Tensor) -> torch.Tensor: ...
+
+
 class TeacherLogits:
     """The frozen teacher's fp32 logits for window ``i`` of a fixed pool, cached when the pool is small."""
 
@@ -157,20 +170,27 @@ def distill(
     config: TrainConfig,
     *,
     on_step: Callable[[int, DistillResult], None] | None = None,
-    targets: TeacherLogits | None = None,
+    targets: WindowLogits | None = None,
+    heldout_targets: WindowLogits | None = None,
 ) -> DistillResult:
     """Train ``student`` towards ``teacher`` on ``train_windows`` (``[N, L]`` token ids) and evaluate it.
 
     ``on_step(step, result)`` runs after every step (progress, cancellation: it may raise);
-    ``targets`` reuses the teacher's logits of ``train_windows`` across runs.
+    ``targets`` gives the teacher's logits of ``train_windows`` (reused across runs, or stored by a
+    layer-by-layer pass), ``heldout_targets`` those of ``heldout_windows``. With both given the
+    teacher itself is never called and may be ``None`` (a teacher larger than memory).
     """
     device = next(student.parameters()).device
-    teacher.eval()
+    if teacher is None and (targets is None or heldout_targets is None):
+        raise ValueError("without a teacher, give its logits of both the training and the held-out windows")
+    if teacher is not None:
+        teacher.eval()
     generator = torch.Generator().manual_seed(config.seed)
     if targets is None:
         targets = TeacherLogits(teacher, train_windows)
-    elif targets.windows is not train_windows:
-        raise ValueError("`targets` holds the teacher's logits of other windows; build it from `train_windows`")
+    _check_windows(targets, train_windows, "targets", "train_windows")
+    if heldout_targets is not None:
+        _check_windows(heldout_targets, heldout_windows, "heldout_targets", "heldout_windows")
     optimizer = torch.optim.AdamW(student.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     result = DistillResult()
     order = torch.empty(0, dtype=torch.long)
@@ -203,10 +223,11 @@ def distill(
             else:
                 result.nonfinite_grad_steps += 1
         if config.eval_every and (step + 1) % config.eval_every == 0 and step + 1 < config.steps:
-            result.evals.append((step + 1, evaluate(teacher, student, heldout_windows, bf16=config.bf16)))
+            held_out = evaluate(teacher, student, heldout_windows, bf16=config.bf16, targets=heldout_targets)
+            result.evals.append((step + 1, held_out))
         if on_step is not None:
             on_step(step, result)
-    final = evaluate(teacher, student, heldout_windows, bf16=config.bf16)
+    final = evaluate(teacher, student, heldout_windows, bf16=config.bf16, targets=heldout_targets)
     result.evals.append((config.steps, final))
     result.metrics = {
         **final,
@@ -217,11 +238,29 @@ def distill(
     return result
 
 
+def _check_windows(targets: WindowLogits, windows: torch.Tensor, name: str, windows_name: str) -> None:
+    if targets.windows is not windows:
+        raise ValueError(f"`{name}` holds the teacher's logits of other windows; build it from `{windows_name}`")
+
+
 def evaluate(
-    teacher: Any, student: Any, windows: torch.Tensor, *, bf16: bool = False, batch_size: int = 16
+    teacher: Any,
+    student: Any,
+    windows: torch.Tensor,
+    *,
+    bf16: bool = False,
+    batch_size: int = 16,
+    targets: WindowLogits | None = None,
 ) -> dict[str, float]:
-    """Per-token forward KL(p‖q), reverse KL(q‖p), top-1 agreement and both models' NLL of the text."""
+    """Per-token forward KL(p‖q), reverse KL(q‖p), top-1 agreement and both models' NLL of the text.
+
+    The teacher's logits come from ``targets`` (its logits of ``windows``) when given, else from
+    its forward; ``teacher`` may then be ``None``."""
     device = next(student.parameters()).device
+    if targets is not None:
+        _check_windows(targets, windows, "targets", "windows")
+    elif teacher is None:
+        raise ValueError("evaluating without a teacher needs its logits of the windows (`targets`)")
     student.eval()
     sums = {"forward_kl": 0.0, "reverse_kl": 0.0, "top1_agreement": 0.0, "student_nll": 0.0, "teacher_nll": 0.0}
     count = 0
@@ -230,7 +269,10 @@ def evaluate(
             ids = windows[start : start + batch_size].to(device)
             with _autocast(bf16, device):
                 q_logits = student(input_ids=ids).logits
-            p_logits = teacher(input_ids=ids).logits.float()
+            if targets is None:
+                p_logits = teacher(input_ids=ids).logits.float()
+            else:
+                p_logits = targets(torch.arange(start, start + len(ids))).to(device)
             log_p, log_q = p_logits.log_softmax(-1), q_logits.float().log_softmax(-1)
             next_ids = ids[:, 1:].unsqueeze(-1)
             sums["forward_kl"] += float(kl(log_p, log_q).sum())
@@ -246,11 +288,8 @@ def evaluate(
     return out
 
 
-def sample_quality(
-    teacher: Any, student: Any, prompts: torch.Tensor, *, new_tokens: int = 32, seed: int = 0
-) -> dict[str, float]:
-    """Ancestral samples of the student after ``prompts`` (``[N, P]``): the teacher's mean NLL of the
-    sampled tokens (lower = the teacher finds them plausible) and distinct-2 (unique bigrams / bigrams)."""
+def sample_student(student: Any, prompts: torch.Tensor, *, new_tokens: int = 32, seed: int = 0) -> torch.Tensor:
+    """``prompts`` (``[N, P]``) followed by ``new_tokens`` ancestral samples of the student: ``[N, P + new]``."""
     device = next(student.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     student.eval()
@@ -259,9 +298,30 @@ def sample_quality(
         for _ in range(new_tokens):
             probs = student(input_ids=ids).logits[:, -1].float().softmax(-1)
             ids = torch.cat([ids, torch.multinomial(probs, 1, generator=generator)], dim=1)
-        log_p = teacher(input_ids=ids).logits.float().log_softmax(-1)
-    start = prompts.shape[1]
-    sampled = ids[:, start:]
-    nll = -log_p[:, start - 1 : -1].gather(-1, sampled.unsqueeze(-1)).mean()
+    return ids
+
+
+def sampled_token_nll(teacher_logits: torch.Tensor, ids: torch.Tensor, start: int) -> torch.Tensor:
+    """The teacher's NLL ``[N, T − start]`` of each token from position ``start`` on, given its
+    logits ``[N, T, V]`` of the whole sequences ``ids``."""
+    log_p = teacher_logits.float().log_softmax(-1)
+    sampled = ids[:, start:].to(log_p.device)
+    return -log_p[:, start - 1 : -1].gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
+
+
+def sample_metrics(nll: torch.Tensor, sampled: torch.Tensor) -> dict[str, float]:
+    """The teacher's mean NLL of the sampled tokens and distinct-2 (unique bigrams / bigrams)."""
     bigrams = [pair for row in sampled.tolist() for pair in itertools.pairwise(row)]
-    return {"sample_teacher_nll": float(nll), "distinct_2": len(set(bigrams)) / max(1, len(bigrams))}
+    return {"sample_teacher_nll": float(nll.mean()), "distinct_2": len(set(bigrams)) / max(1, len(bigrams))}
+
+
+def sample_quality(
+    teacher: Any, student: Any, prompts: torch.Tensor, *, new_tokens: int = 32, seed: int = 0
+) -> dict[str, float]:
+    """Ancestral samples of the student after ``prompts`` (``[N, P]``): the teacher's mean NLL of the
+    sampled tokens (lower = the teacher finds them plausible) and distinct-2 (unique bigrams / bigrams)."""
+    ids = sample_student(student, prompts, new_tokens=new_tokens, seed=seed)
+    with torch.inference_mode():
+        logits = teacher(input_ids=ids).logits.float()
+    start = prompts.shape[1]
+    return sample_metrics(sampled_token_nll(logits, ids, start), ids[:, start:])

@@ -8,16 +8,24 @@ train split, evaluation windows from its test split. Reports held-out forward an
 the teacher, top-1 agreement, the student's perplexity, the teacher's NLL of student samples,
 gradient-norm statistics and non-finite step counts, with loss, gradient-norm and held-out KL
 curves; the student is saved as a loadable checkpoint (with the teacher's tokenizer).
+
+A teacher larger than the worker's memory (``load``: auto, whole, layer-by-layer; ``mlcore.hf.memory``
+decides from the checkpoint's headers) is never held whole: one layer-by-layer pass stores its
+float32 logits of every training and held-out window on disk, training and evaluation read them,
+and a second pass scores the student's samples (:mod:`mlcore.distill.streamed_teacher`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlcore.charts import step_lines
+from mlcore.hf.memory import LOAD_MODES
 from mlcore.jobs import (
     Bool,
     Choice,
@@ -44,7 +52,7 @@ MAX_TRAIN_TOKENS = 4_000_000
 #: Parameters that are not the training loop's: the student's shape, the loss, and the data.
 STUDENT_PARAMS = ("student_hidden", "student_layers", "student_intermediate", "student_heads")
 LOSS_PARAMS = ("loss", "alpha", "lam", "divergence", "order", "ab_a", "ab_b", "detach_q", "teacher_temperature")
-DATA_PARAMS = ("model", "dataset", "seq_len", "train_windows", "eval_windows")
+DATA_PARAMS = ("model", "dataset", "seq_len", "train_windows", "eval_windows", "load")
 #: Text uploads as :mod:`mlcore.sniff` names them; :mod:`mlcore.data.textset` reads each by its structure.
 TEXT_FORMATS = ("txt", "jsonl", "json", "csv")
 
@@ -182,6 +190,15 @@ spec = JobSpec(
             max=10.0,
             help="Divide the teacher's logits by this; below 1 gives a peaked teacher (many near-zero probabilities).",
         ),
+        Choice(
+            name="load",
+            default="auto",
+            options=LOAD_MODES,
+            help="whole: the teacher in memory; layer-by-layer: one decoder layer at a time, each read once for "
+            "every sequence, the teacher's logits of every training and held-out sequence stored on disk and its "
+            "layers read once more to score the student's samples (for teachers larger than the worker's memory); "
+            "auto: whole when it fits.",
+        ),
         Seed(name="seed"),
     ),
     validate=_validate,
@@ -248,27 +265,155 @@ def _teacher_folder(inputs: dict[str, Any]) -> Path:
     return Path(inputs["model"])
 
 
-def _load_teacher(folder: Path, device: Any, batch_tokens: int) -> tuple[Any, Any]:
+def _teacher_tokenizer(folder: Path) -> Any:
     from transformers import AutoTokenizer
-
-    from mlcore.hf import load_model
-    from mlcore.hf.architectures import HFModelError
-    from mlcore.hf.memory import check_whole_fits
 
     if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").is_file():
         raise JobError("The teacher checkpoint has no tokenizer; include tokenizer.json next to config.json.")
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    if tokenizer.eos_token_id is None:
+        raise JobError("The teacher's tokenizer has no end-of-text token; set eos_token in tokenizer_config.json.")
+    return tokenizer
+
+
+def _teacher_config(folder: Path) -> Any:
+    """The teacher's config after the loader's safety checks, before any weight is read."""
+    from mlcore.hf.architectures import HFModelError
+    from mlcore.hf.loading import checked_config
+
     try:
-        check_whole_fits(folder, device=device, what="Distillation", batch_tokens=batch_tokens)
+        return checked_config(folder)
+    except HFModelError as exc:
+        raise JobError(str(exc)) from None
+
+
+def _load_mode(params: dict[str, Any], folder: Path, ctx: JobContext, *, windows: int, vocab: int) -> str:
+    """Whole or layer by layer (``mlcore.hf.memory``), logged with both needs; refused when neither fits."""
+    from mlcore.distill.streamed_teacher import plan_teacher_load
+    from mlcore.hf.architectures import HFModelError
+
+    try:
+        mode, needs = plan_teacher_load(
+            folder,
+            params["load"],
+            device=ctx.device,
+            windows=windows,
+            seq_len=params["seq_len"],
+            batch_size=params["batch_size"],
+            vocab=vocab,
+        )
+    except HFModelError as exc:
+        raise JobError(str(exc)) from None
+    ctx.log(needs.log_line(mode))
+    return mode
+
+
+def _load_teacher(folder: Path, device: Any) -> Any:
+    from mlcore.hf import load_model
+    from mlcore.hf.architectures import HFModelError
+
+    try:
         model = load_model(folder, device=device)
     except HFModelError as exc:
         raise JobError(str(exc)) from None
     except (RuntimeError, ValueError, OSError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise JobError(f"Could not load the teacher: {first[:300]}.") from None
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
-    if tokenizer.eos_token_id is None:
-        raise JobError("The teacher's tokenizer has no end-of-text token; set eos_token in tokenizer_config.json.")
-    return model.requires_grad_(False), tokenizer
+    return model.requires_grad_(False)
+
+
+@contextmanager
+def _streamed_teacher(folder: Path, ctx: JobContext) -> Iterator[Any]:
+    """The teacher with one decoder layer in memory at a time; a checkpoint that does not load, or a
+    model that cannot run layer by layer (``HFModelError`` from the pass), as one sentence."""
+    from mlcore.hf import layer_by_layer
+    from mlcore.hf.architectures import HFModelError
+
+    with ExitStack() as stack:
+        try:
+            model = stack.enter_context(layer_by_layer(folder, device=ctx.device))
+        except HFModelError as exc:
+            raise JobError(str(exc)) from None
+        except (RuntimeError, ValueError, OSError, KeyError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise JobError(f"Could not read the teacher layer by layer: {first[:300]}.") from None
+        try:
+            yield model
+        except HFModelError as exc:
+            raise JobError(str(exc)) from None
+
+
+def _counting(ctx: JobContext, span: Any) -> Callable[[int, int], None]:
+    """After each decoder layer of a pass: progress, and a stop if the job was cancelled."""
+
+    def on_layer(done: int, total: int) -> None:
+        ctx.raise_if_cancelled()
+        span.count(done, total, "decoder layer")
+
+    return on_layer
+
+
+def _stored_logits(
+    params: dict[str, Any], folder: Path, ctx: JobContext, windows: tuple[Any, Any], vocab: int, scratch: Path
+) -> tuple[Any, Any, str, int]:
+    """The teacher's logits of the training and held-out windows from one layer-by-layer pass, stored
+    in ``scratch``, the teacher's class name and parameter count; refused before any weight is read
+    when the file would exceed the cap or the disk."""
+    import shutil
+
+    from mlcore.distill.pipeline import parameter_count
+    from mlcore.distill.streamed_teacher import LogitsTooLarge, check_storable, pass_batch, store_teacher_logits
+
+    count = len(windows[0]) + len(windows[1])
+    try:
+        size = check_storable(count, params["seq_len"], vocab, free=shutil.disk_usage(scratch).free)
+    except LogitsTooLarge as exc:
+        raise JobError(str(exc)) from None
+    ctx.log(
+        f"the teacher does not run whole: one layer-by-layer pass stores its float32 logits of {count:,} sequences "
+        f"({size / 2**20:,.0f} MB on disk) for training and the held-out evaluation"
+    )
+    reading = ctx.span(0.01, 0.05, "teacher logits, layer by layer")
+    with _streamed_teacher(folder, ctx) as model:
+        stored = store_teacher_logits(
+            model,
+            windows,
+            scratch / "teacher-logits.f32",
+            batch_size=pass_batch(params["seq_len"], vocab),
+            temperature=params["teacher_temperature"],
+            on_layer=_counting(ctx, reading),
+            spill_dir=scratch,
+        )
+        # A streamed model's decoder layers sit on the meta device: their shapes still count.
+        name, parameters = type(model).__name__, parameter_count(model)
+    return stored[0], stored[1], name, parameters
+
+
+def _streamed_sample_quality(
+    params: dict[str, Any], folder: Path, ctx: JobContext, student: Any, prompts: Any, new_tokens: int, scratch: Path
+) -> dict[str, float]:
+    """Sample quality with a teacher that does not run whole: the student samples, then a second
+    layer-by-layer pass (one more read of the checkpoint) gives the teacher's NLL of the samples."""
+    from mlcore.distill.pipeline import sample_metrics, sample_student
+    from mlcore.distill.streamed_teacher import pass_batch, score_samples
+
+    ids = sample_student(student, prompts, new_tokens=new_tokens, seed=params["seed"])
+    ctx.log(
+        "scoring the student's samples: a second layer-by-layer pass over the teacher's checkpoint "
+        "(the samples exist only after training)"
+    )
+    scoring = ctx.span(0.93, 0.98, "scoring the samples, layer by layer")
+    with _streamed_teacher(folder, ctx) as model:
+        nll = score_samples(
+            model,
+            ids,
+            prompts.shape[1],
+            batch_size=pass_batch(ids.shape[1], int(model.config.vocab_size)),
+            temperature=params["teacher_temperature"],
+            on_layer=_counting(ctx, scoring),
+            spill_dir=scratch,
+        )
+    return sample_metrics(nll, ids[:, prompts.shape[1] :].cpu())
 
 
 def _curves(ctx: JobContext, result: Any) -> None:
@@ -309,12 +454,11 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     if "text_file" not in inputs and "dataset" not in inputs:
         raise JobError("Pick a text dataset (e.g. zoo:stdlib-docs) or upload a text file.")
     loss_config = _loss_config(params)
-    ctx.progress(0.0, "loading the teacher")
+    ctx.progress(0.0, "reading the teacher's config")
     teacher_folder = _teacher_folder(inputs)
-    teacher, tokenizer = _load_teacher(teacher_folder, ctx.device, params["batch_size"] * params["seq_len"])
-    if params["teacher_temperature"] != 1.0:
-        teacher = SharpenedTeacher(teacher, params["teacher_temperature"])
-    context = int(getattr(teacher.config, "max_position_embeddings", params["seq_len"]))
+    teacher_config = _teacher_config(teacher_folder)
+    tokenizer = _teacher_tokenizer(teacher_folder)
+    context = int(getattr(teacher_config, "max_position_embeddings", params["seq_len"]))
     if params["seq_len"] > context:
         raise JobError(f"Sequence length {params['seq_len']} exceeds the teacher's context ({context}); lower it.")
     name, train_texts, test_texts = _texts(inputs, ctx)
@@ -322,41 +466,73 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     heldout = heldout_windows(tokenizer, test_texts, length=params["seq_len"], max_windows=params["eval_windows"])
     if len(train) < 1 or len(heldout) < 1:
         raise JobError(f"The text yields too few {params['seq_len']}-token sequences; upload more or shorten them.")
+    vocab = int(teacher_config.vocab_size)
+    mode = _load_mode(params, teacher_folder, ctx, windows=len(train) + len(heldout), vocab=vocab)
 
-    config = make_student_config(
-        teacher.config,
-        hidden=params["student_hidden"],
-        layers=params["student_layers"],
-        intermediate=params["student_intermediate"],
-        heads=params["student_heads"],
-    )
-    student = build_student(config, seed=params["seed"], device=ctx.device)
-    sizes = {"teacher_parameters": parameter_count(teacher), "student_parameters": parameter_count(student)}
-    ctx.log(
-        f"teacher {type(teacher).__name__} ({sizes['teacher_parameters']:,} parameters) → dense Qwen3 student "
-        f"({sizes['student_parameters']:,}); {len(train)} training and {len(heldout)} held-out windows of "
-        f"{params['seq_len']} tokens from {name}; loss {params['loss']}: {loss_config.describe()}"
-        + (" under bf16 autocast" if params["bf16"] else "")
-        + (f", teacher logits / {params['teacher_temperature']:g}" if params["teacher_temperature"] != 1.0 else "")
-    )
-    train_config = _train_config(params)
+    with ExitStack() as stack:
+        teacher: Any = None
+        targets = heldout_targets = None
+        if mode == "whole":
+            ctx.progress(0.01, "loading the teacher")
+            teacher = _load_teacher(teacher_folder, ctx.device)
+            if params["teacher_temperature"] != 1.0:
+                teacher = SharpenedTeacher(teacher, params["teacher_temperature"])
+            teacher_name, teacher_parameters = type(teacher).__name__, parameter_count(teacher)
+        else:
+            Path(ctx.workdir).mkdir(parents=True, exist_ok=True)
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="moelab-teacher-", dir=ctx.workdir)))
+            targets, heldout_targets, teacher_name, teacher_parameters = _stored_logits(
+                params, teacher_folder, ctx, (train, heldout), vocab, scratch
+            )
 
-    def on_step(step: int, result: Any) -> None:
-        ctx.raise_if_cancelled()
-        ctx.metric("loss", result.loss[-1][1], step=step)
-        ctx.metric("grad_norm", result.grad_norm[-1][1], step=step)
-        if result.evals and result.evals[-1][0] == step + 1:
-            for key in ("forward_kl", "reverse_kl", "top1_agreement", "student_ppl"):
-                ctx.metric(f"heldout_{key}", result.evals[-1][1][key], step=step + 1)
-            _curves(ctx, result)
-        if step % 10 == 0:
-            ctx.progress(0.05 + 0.85 * step / params["steps"], f"step {step} of {params['steps']}")
+        config = make_student_config(
+            teacher_config,
+            hidden=params["student_hidden"],
+            layers=params["student_layers"],
+            intermediate=params["student_intermediate"],
+            heads=params["student_heads"],
+        )
+        student = build_student(config, seed=params["seed"], device=ctx.device)
+        sizes = {"teacher_parameters": teacher_parameters, "student_parameters": parameter_count(student)}
+        ctx.log(
+            f"teacher {teacher_name} ({sizes['teacher_parameters']:,} parameters) → dense Qwen3 student "
+            f"({sizes['student_parameters']:,}); {len(train)} training and {len(heldout)} held-out windows of "
+            f"{params['seq_len']} tokens from {name}; loss {params['loss']}: {loss_config.describe()}"
+            + (" under bf16 autocast" if params["bf16"] else "")
+            + (f", teacher logits / {params['teacher_temperature']:g}" if params["teacher_temperature"] != 1.0 else "")
+        )
+        train_config = _train_config(params)
 
-    result = distill(teacher, student, train, heldout, loss_config, train_config, on_step=on_step)
-    ctx.progress(0.92, "sampling from the student")
-    prompts = heldout[: min(16, len(heldout)), : max(1, params["seq_len"] // 4)]
-    new_tokens = min(32, context - prompts.shape[1])
-    samples = sample_quality(teacher, student, prompts, new_tokens=new_tokens, seed=params["seed"])
+        def on_step(step: int, result: Any) -> None:
+            ctx.raise_if_cancelled()
+            ctx.metric("loss", result.loss[-1][1], step=step)
+            ctx.metric("grad_norm", result.grad_norm[-1][1], step=step)
+            if result.evals and result.evals[-1][0] == step + 1:
+                for key in ("forward_kl", "reverse_kl", "top1_agreement", "student_ppl"):
+                    ctx.metric(f"heldout_{key}", result.evals[-1][1][key], step=step + 1)
+                _curves(ctx, result)
+            if step % 10 == 0:
+                ctx.progress(0.05 + 0.85 * step / params["steps"], f"step {step} of {params['steps']}")
+
+        result = distill(
+            teacher,
+            student,
+            train,
+            heldout,
+            loss_config,
+            train_config,
+            on_step=on_step,
+            targets=targets,
+            heldout_targets=heldout_targets,
+        )
+        targets = heldout_targets = None  # the stored logits' file goes with the scratch folder
+        ctx.progress(0.92, "sampling from the student")
+        prompts = heldout[: min(16, len(heldout)), : max(1, params["seq_len"] // 4)]
+        new_tokens = min(32, context - prompts.shape[1])
+        if teacher is not None:
+            samples = sample_quality(teacher, student, prompts, new_tokens=new_tokens, seed=params["seed"])
+        else:
+            samples = _streamed_sample_quality(params, teacher_folder, ctx, student, prompts, new_tokens, scratch)
     final_eval = result.evals[-1][1]
     for key in ("forward_kl", "reverse_kl", "top1_agreement", "student_ppl"):
         ctx.metric(f"heldout_{key}", final_eval[key], step=params["steps"])
