@@ -8,16 +8,14 @@ calibration batch therefore runs the whole batch through layer i before layer i 
 with peak memory of one layer plus activations. The model's own forward still does the masks and
 position embeddings, so the result matches a full-model pass; adapter hooks work as usual.
 
-Checkpoints saved by transformers 5.x keep the original per-expert tensors
-(``experts.{e}.gate_proj.weight``, Mixtral's ``block_sparse_moe.experts.{e}.w1.weight``), which
-``from_pretrained`` fuses on load; ``fused_layer_state`` does the same fusion for one layer,
-mirroring ``transformers.conversion_mapping`` for the supported model types.
+On-disk tensors are not always the model's: transformers 5 converts them while loading (renamed
+keys, per-expert matrices fused, fused projections split). Each layer's tensors go through the same
+conversion, transformers' own code run on that layer's keys only (:mod:`mlcore.hf.conversion`), so a
+streamed layer holds exactly what ``from_pretrained`` would have loaded into it.
 """
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -29,28 +27,24 @@ from torch import Tensor, nn
 from mlcore.heap import HeapTrimmer
 from mlcore.hf.architectures import HFModelError
 from mlcore.hf.checkpoint import apply_sidecar
+from mlcore.hf.conversion import CheckpointConversion
 from mlcore.hf.loading import checked_config, load_dtype, weight_files
-
-_PER_EXPERT = re.compile(
-    r"^(?P<prefix>.*\.experts)\.(?P<expert>\d+)\.(?P<proj>w1|w2|w3|gate_proj|up_proj|down_proj)\.weight$"
-)
-_GATE, _UP, _DOWN = ("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")
 
 
 class ShardIndex:
-    """Where each tensor of a safetensors checkpoint lives, read lazily with ``safe_open``, under the
-    model's own names (``rename`` maps an on-disk key to the module's, as transformers' loader does)."""
+    """Where each tensor of a safetensors checkpoint lives, read lazily with ``safe_open``, and which
+    model tensor it feeds (``target``: transformers' renaming and conversion, :mod:`mlcore.hf.conversion`).
+    Keys are the on-disk names; keys the model does not use are left out, as ``from_pretrained`` ignores them."""
 
-    def __init__(self, path: Path, rename: Callable[[str], str] = str) -> None:
+    def __init__(self, path: Path, conversion: CheckpointConversion) -> None:
         from safetensors import safe_open
 
-        self.location: dict[str, Path] = {}
-        self.disk_name: dict[str, str] = {}
+        location: dict[str, Path] = {}
         for file in weight_files(path):
             with safe_open(file, framework="pt") as shard:
-                for key in shard.keys():  # noqa: SIM118 - safe_open is not iterable
-                    name = rename(key)
-                    self.location[name], self.disk_name[name] = file, key
+                location.update(dict.fromkeys(shard.keys(), file))
+        self.target = conversion.targets(location)
+        self.location = {key: location[key] for key in self.target}
 
     def read(self, names: list[str]) -> dict[str, Tensor]:
         from safetensors import safe_open
@@ -60,39 +54,12 @@ class ShardIndex:
         # reading a whole layer through one mapping would hold the layer twice at its peak.
         for name in names:
             with safe_open(self.location[name], framework="pt") as shard:
-                tensors[name] = shard.get_tensor(self.disk_name[name])
+                tensors[name] = shard.get_tensor(name)
         return tensors
 
     def names(self, keep: Callable[[str], bool]) -> list[str]:
-        return [name for name in self.location if keep(name)]
-
-
-def fused_layer_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Fuse per-expert MLP tensors into ``gate_up_proj[E, 2I, H]`` (gate rows, then up rows) and
-    ``down_proj[E, H, I]``, and rename Mixtral's ``block_sparse_moe`` to ``mlp``."""
-    fused: dict[str, Tensor] = {}
-    experts: dict[str, dict[tuple[str, int], Tensor]] = defaultdict(dict)
-    for name, tensor in state.items():
-        name = re.sub(r"(^|\.)block_sparse_moe\.", r"\1mlp.", name)
-        match = _PER_EXPERT.match(name)
-        if match is None:
-            fused[name] = tensor
-        else:
-            experts[match["prefix"]][(match["proj"], int(match["expert"]))] = tensor
-    for prefix, parts in experts.items():
-        count = 1 + max(expert for _, expert in parts)
-        gate, up, down = (_stacked(parts, names, count) for names in (_GATE, _UP, _DOWN))
-        fused[f"{prefix}.gate_up_proj"] = torch.cat([gate, up], dim=1)
-        fused[f"{prefix}.down_proj"] = down
-    return fused
-
-
-def _stacked(parts: dict[tuple[str, int], Tensor], names: tuple[str, ...], count: int) -> Tensor:
-    """[E, ...] from one projection's per-expert tensors, whichever naming the checkpoint uses."""
-    missing = [e for e in range(count) if not any((n, e) in parts for n in names)]
-    if missing:
-        raise HFModelError(f"Checkpoint lacks {names[-1]} of experts {missing[:5]}; it is incomplete.")
-    return torch.stack([next(parts[(n, e)] for n in names if (n, e) in parts) for e in range(count)])
+        """The on-disk keys whose model tensor's name passes ``keep``."""
+        return [key for key, target in self.target.items() if keep(target)]
 
 
 @contextmanager
@@ -112,11 +79,12 @@ def layer_by_layer(
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=load_dtype(path, dtype))
     model.eval()
-    shards = ShardIndex(path, _renamer(model))
+    conversion = CheckpointConversion(model)
+    shards = ShardIndex(path, conversion)
     layers = _decoder_layers(model)
-    _load_outside_layers(model, shards, device)
+    _load_outside_layers(model, shards, conversion, device)
     apply_sidecar(adapt(model), path)
-    stream = LayerStream(shards, layers, device)
+    stream = LayerStream(shards, conversion, layers, device)
     with ExitStack() as stack:
         for index, layer in enumerate(layers):
             stack.callback(layer.register_forward_pre_hook(lambda m, a, i=index: stream.load(i)).remove)
@@ -131,8 +99,10 @@ class LayerStream:
     forward reaches it and goes back to the meta device after it, unless it is held (``hold``):
     the sequential pass (:mod:`mlcore.hf.sequential`) holds one layer while every batch goes through it."""
 
-    def __init__(self, shards: ShardIndex, layers: nn.ModuleList, device: str | torch.device) -> None:
-        self.shards, self.layers, self.device = shards, layers, device
+    def __init__(
+        self, shards: ShardIndex, conversion: CheckpointConversion, layers: nn.ModuleList, device: str | torch.device
+    ) -> None:
+        self.shards, self.conversion, self.layers, self.device = shards, conversion, layers, device
         self.held: set[int] = set()
         # Layer after layer of the same shapes leaves the C heap fragmented; give it back as it grows.
         self.trim = HeapTrimmer(slack=2**28)
@@ -142,9 +112,9 @@ class LayerStream:
         if not any(p.is_meta for p in layer.parameters()):
             return
         prefix = f"model.layers.{index}."
-        names = self.shards.names(lambda name: name.startswith(prefix))
-        state = fused_layer_state({name[len(prefix) :]: t for name, t in self.shards.read(names).items()})
-        _assign(layer, state, self.device, strict=True)
+        converted = self.conversion.convert(self.shards.read(self.shards.names(lambda n: n.startswith(prefix))))
+        self.conversion.check_within(converted, prefix)
+        _assign(layer, {name[len(prefix) :]: t for name, t in converted.items()}, self.device, strict=True)
 
     def release(self, index: int) -> None:
         if index not in self.held:
@@ -163,16 +133,6 @@ class LayerStream:
             self.release(index)
 
 
-def _renamer(model: nn.Module) -> Callable[[str], str]:
-    """transformers' own key renamings for this model (on-disk names that differ from module names);
-    per-expert fusion is ``fused_layer_state``'s job."""
-    from transformers.conversion_mapping import get_model_conversion_mapping
-    from transformers.core_model_loading import WeightRenaming, apply_renamings
-
-    renamings = [t for t in get_model_conversion_mapping(model) if isinstance(t, WeightRenaming)]
-    return lambda key: apply_renamings(key, renamings)
-
-
 def _decoder_layers(model: nn.Module) -> nn.ModuleList:
     layers = getattr(getattr(model, "model", None), "layers", None)
     if not isinstance(layers, nn.ModuleList):
@@ -180,8 +140,10 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
     return layers
 
 
-def _load_outside_layers(model: nn.Module, shards: ShardIndex, device: str | torch.device) -> None:
-    state = shards.read(shards.names(lambda name: not name.startswith("model.layers.")))
+def _load_outside_layers(
+    model: nn.Module, shards: ShardIndex, conversion: CheckpointConversion, device: str | torch.device
+) -> None:
+    state = conversion.convert(shards.read(shards.names(lambda name: not name.startswith("model.layers."))))
     _assign(model, state, device, strict=False)
     if getattr(model.config, "tie_word_embeddings", False):
         model.get_output_embeddings().weight = model.get_input_embeddings().weight
@@ -202,6 +164,16 @@ def _assign(module: nn.Module, state: dict[str, Tensor], device: str | torch.dev
     missing = [name for name in state if name not in expected]
     if missing:
         raise HFModelError(f"Checkpoint tensors {', '.join(missing[:3])} do not fit {type(module).__name__}.")
+    misshapen = [
+        f"{n} {list(t.shape)} (needs {list(expected[n].shape)})"
+        for n, t in state.items()
+        if t.shape != expected[n].shape
+    ]
+    if misshapen:
+        raise HFModelError(
+            f"Checkpoint tensors {', '.join(misshapen[:3])} do not fit {type(module).__name__}; the checkpoint is "
+            "incomplete or belongs to another configuration."
+        )
     # Keep each tensor's dtype as the model declares it (fp32 routers stay fp32 in a bf16 model).
     cast = {name: tensor.to(device=device, dtype=expected[name].dtype) for name, tensor in state.items()}
     module.load_state_dict(cast, strict=strict, assign=True)
