@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from mlcore.hf import routing
 from mlcore.hf.architectures import ArchSpec, HFModelError, arch_spec, group_limited
-from mlcore.hf.discovery import COUNT_ATTRS, MoEBlock, find_moe_blocks
+from mlcore.hf.discovery import COUNT_ATTRS, MoEBlock, expert_axis, find_moe_blocks
 from mlcore.hf.families import EXPERT_COUNT_FIELDS
 from mlcore.hf.novices import clear_novices, novice_state, routing_args, set_novices, slice_novices
 from mlcore.hf.support import support_for
@@ -273,7 +273,8 @@ class MoEAdapter:
             tensor = getattr(module, name, None)
             if tensor is None:
                 continue
-            kept = tensor.data[ids.to(tensor.device)].clone()
+            axis = expert_axis(tensor, old) or 0
+            kept = tensor.data.index_select(axis, ids.to(tensor.device)).clone()
             if isinstance(tensor, nn.Parameter):
                 setattr(module, name, nn.Parameter(kept, requires_grad=tensor.requires_grad))
             else:

@@ -55,12 +55,13 @@ class MoEBlock:
     shared: list[str] = field(default_factory=list)
 
     def router_tensors(self) -> list[tuple[nn.Module, str, Tensor]]:
-        """(module, attribute, tensor) for every router parameter or buffer with leading dim E, and the
-        block's own (AFMoE keeps its selection bias on the block and passes it to the router)."""
+        """(module, attribute, tensor) for every router parameter or buffer with one entry per expert
+        (see :func:`expert_axis`), and the block's own (AFMoE keeps its selection bias on the block
+        and passes it to the router)."""
         found = []
         for module in [*self.router.modules(), self.block]:
             for name, tensor in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
-                if tensor is not None and tensor.dim() >= 1 and tensor.shape[0] == self.num_experts:
+                if tensor is not None and expert_axis(tensor, self.num_experts) is not None:
                     found.append((module, name, tensor))
         return found
 
@@ -70,9 +71,20 @@ class MoEBlock:
     def selection_bias(self) -> tuple[nn.Module, str] | None:
         """The router's per-expert additive selection term, if it has one."""
         for module, name, tensor in self.router_tensors():
-            if name in SELECTION_BIASES and tensor.dim() == 1:
+            if name in SELECTION_BIASES and tensor.numel() == self.num_experts:
                 return module, name
         return None
+
+
+def expert_axis(tensor: Tensor, num_experts: int) -> int | None:
+    """The axis of ``tensor`` that runs over the experts, if it has one: the leading one ([E, ...]),
+    or the last one of a per-expert vector stored with singleton group axes (ERNIE-4.5's
+    ``moe_statics.e_score_correction_bias`` is [1, E]: one row per expert group, and one group)."""
+    if tensor.dim() >= 1 and tensor.shape[0] == num_experts:
+        return 0
+    if tensor.dim() >= 2 and tensor.shape[-1] == num_experts and all(d == 1 for d in tensor.shape[:-1]):
+        return tensor.dim() - 1
+    return None
 
 
 def stacked_experts(module: nn.Module) -> int | None:
@@ -186,13 +198,24 @@ def _has_experts_below(module: nn.Module) -> bool:
 
 
 def _router(parent: nn.Module, experts_attr: str, count: int, hidden: int) -> tuple[str, nn.Module | None]:
+    """The sibling of the experts holding an [E, H] weight. Where several do, a router module (its
+    class named a router or gate) wins over a bare projection: Gemma 4's MoE block is the whole
+    decoder layer, whose ``per_layer_input_gate`` (a Linear to ``hidden_size_per_layer_input``
+    rows) comes before its ``router`` and has the same shape when that width equals E."""
+    candidates = []
     for child_name, child in parent.named_children():
         if child_name == experts_attr or child_name.startswith("shared"):
             continue
-        for param in child.parameters():
-            if param.dim() == 2 and tuple(param.shape) == (count, hidden):
-                return child_name, child
-    return "", None
+        if any(param.dim() == 2 and tuple(param.shape) == (count, hidden) for param in child.parameters()):
+            candidates.append((child_name, child))
+    if not candidates:
+        return "", None
+    return min(candidates, key=lambda found: 0 if _is_router_class(found[1]) else 1)
+
+
+def _is_router_class(module: nn.Module) -> bool:
+    name = type(module).__name__.lower()
+    return not isinstance(module, nn.Linear) and ("router" in name or "gate" in name)
 
 
 def _top_k(router: nn.Module, block: nn.Module, experts: nn.Module, config: Any) -> int:

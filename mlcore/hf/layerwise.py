@@ -16,6 +16,8 @@ streamed layer holds exactly what ``from_pretrained`` would have loaded into it.
 
 from __future__ import annotations
 
+import copy
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -148,15 +150,37 @@ def _load_outside_layers(
     if getattr(model.config, "tie_word_embeddings", False):
         model.get_output_embeddings().weight = model.get_input_embeddings().weight
     # Rotary tables are non-persistent buffers computed from the config: rebuild them for real.
+    # Other non-persistent buffers (Gemma 4's embedding scale) come from the model's own weight
+    # initialisation, as they do in ``from_pretrained``.
     for name, module in list(model.named_modules()):
         if name.startswith("model.layers.") or not any(b.is_meta for b in module.buffers(recurse=False)):
             continue
         parent, _, attr = name.rpartition(".")
-        with torch.device(device):
-            setattr(model.get_submodule(parent), attr, type(module)(config=model.config))
+        if "config" in inspect.signature(type(module).__init__).parameters:
+            with torch.device(device):
+                setattr(model.get_submodule(parent), attr, type(module)(config=model.config))
+        else:
+            _initialise_buffers(model, module, device)
     outside = [n for n, t in model.state_dict().items() if t.is_meta and not n.startswith("model.layers.")]
     if outside:
         raise HFModelError(f"Checkpoint lacks {', '.join(outside[:3])}; it does not match its config.")
+
+
+def _initialise_buffers(model: nn.Module, module: nn.Module, device: str | torch.device) -> None:
+    """Fill ``module``'s meta buffers as the model's ``_init_weights`` computes them, on a shallow copy
+    whose parameters are on the meta device: the loaded ones are neither re-initialised nor copied
+    (an embedding can be gigabytes)."""
+    real = copy.copy(module)
+    real._parameters = {name: None if p is None else p.to("meta") for name, p in module._parameters.items()}
+    real._buffers = {
+        name: None if b is None else torch.empty_like(b, device=device) if b.is_meta else b
+        for name, b in module._buffers.items()
+    }
+    with torch.no_grad():
+        model._init_weights(real)  # type: ignore[operator]
+    for name, buffer in list(module.named_buffers(recurse=False)):
+        if buffer.is_meta:
+            module._buffers[name] = real._buffers[name]
 
 
 def _assign(module: nn.Module, state: dict[str, Tensor], device: str | torch.device, *, strict: bool) -> None:

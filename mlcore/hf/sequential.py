@@ -13,9 +13,19 @@ runs the model with every decoder layer replaced by a stand-in that keeps its ca
 hands its input on; the model's code, not a copy of it, decides what each layer gets. That holds
 only where those arguments do not depend on what the layers return, so a second recording, whose
 stand-ins hand on a changed copy, must record the same arguments; models where they differ (block
-states built from layer outputs, an indexer's top-k handed on) or that call a layer twice per
-forward (looped models) are refused. A *replay* forward ends the pass: the last stand-in returns
-the carried output, and the model applies its final norm, head and any logit scaling itself.
+states built from layer outputs) or that call a layer twice per forward (looped models) are
+refused. A *replay* forward ends the pass: the last stand-in returns the carried output, and the
+model applies its final norm, head and any logit scaling itself.
+
+Some layers return more than their hidden states, and the model's loop hands those extra values
+to the next layer unchanged (GLM-MoE-DSA and HY-V4 return their DSA indexer's top-k, which a
+layer with a shared indexer reuses as ``prev_topk_indices``). When the plain recording fails, the
+pass runs layer 0 for real and reads off what a layer returns: a tuple (hidden, x_1, ..., x_n).
+The remaining layers are then recorded with stand-ins that return a tuple of that length, whose
+extra values are markers (:class:`Carried`); a marker that reaches layer i + 1's arguments as is
+stands for layer i's real value, which the pass carries per batch beside the hidden states and
+puts in the marker's place. Any other use of a marker (arithmetic, a marker of an older layer, a
+layer returning another structure) is refused, so the replayed calls are exactly the model's loop.
 
 Hooks on the layers' modules (``MoEAdapter.capture_routing``, ``capture_expert_outputs``) fire as
 in a plain forward, once per (layer, batch), layer-major rather than batch-major.
@@ -26,6 +36,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +53,7 @@ class _StandIn(nn.Module):
     """Takes a decoder layer's place for one forward of the model. Attribute reads fall through to
     the layer (models read ``attention_type`` or ``layer_type`` off it to choose a mask)."""
 
-    def __init__(self, layer: nn.Module, act: Callable[[Tensor, tuple[Any, ...], dict[str, Any]], Tensor]) -> None:
+    def __init__(self, layer: nn.Module, act: Callable[[Tensor, tuple[Any, ...], dict[str, Any]], Any]) -> None:
         super().__init__()
         object.__setattr__(self, "wrapped", layer)
         object.__setattr__(self, "act", act)
@@ -53,7 +64,7 @@ class _StandIn(nn.Module):
         except AttributeError:
             return getattr(object.__getattribute__(self, "wrapped"), name)
 
-    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         if args:
             return self.act(args[0], args[1:], kwargs)
         hidden = kwargs.pop("hidden_states")
@@ -70,7 +81,7 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 
 @contextmanager
-def _stand_ins(layers: nn.ModuleList, make: Callable[[int], Callable[..., Tensor]]) -> Iterator[None]:
+def _stand_ins(layers: nn.ModuleList, make: Callable[[int], Callable[..., Any]]) -> Iterator[None]:
     originals = list(layers)
     try:
         for index, layer in enumerate(originals):
@@ -90,6 +101,23 @@ class LayerCall:
         self.args, self.kwargs = args, kwargs
 
 
+@dataclass(frozen=True)
+class Carried:
+    """Stands, in a recorded call, for the ``position``-th value decoder layer ``layer`` returned
+    (position 0 being its hidden states): the sequential pass puts the real value there."""
+
+    layer: int
+    position: int
+
+
+class _DependsOnOutputs(HFModelError):
+    """The plain recording found a layer's inputs depending on what the layers before it return."""
+
+
+class _Stop(Exception):
+    """Ends a recording forward once layer 0's call is recorded."""
+
+
 def record_calls(model: nn.Module, input_ids: Tensor, *, probe: bool = True) -> tuple[Tensor, list[LayerCall]]:
     """The first layer's input (the embeddings as the model computes them) and every layer's call
     arguments, for one batch, from forwards that run no decoder layer.
@@ -97,16 +125,23 @@ def record_calls(model: nn.Module, input_ids: Tensor, *, probe: bool = True) -> 
     Two recording forwards are compared: in one the stand-ins hand on their input, in the other a
     changed copy. Arguments that differ between them are computed from what the layers return
     (block states, an indexer's top-k): a layer's input then depends on the layers before it in a
-    way the sequential pass cannot carry, and the model is refused rather than run on wrong inputs.
-    That is a property of the model's code, not of a batch: ``probe=False`` skips the comparison."""
+    way this recording cannot carry, and the model is refused rather than run on wrong inputs
+    (:func:`run_sequentially` then tries carrying the layers' extra return values). That is a
+    property of the model's code, not of a batch: ``probe=False`` skips the comparison."""
+    return _recorded(model, input_ids, probe=probe, returns=1)
+
+
+def _recorded(model: nn.Module, input_ids: Tensor, *, probe: bool, returns: int) -> tuple[Tensor, list[LayerCall]]:
+    """``record_calls`` with stand-ins that return ``returns`` values (1: the hidden states alone;
+    more: a tuple of the hidden states and :class:`Carried` markers)."""
     layers = decoder_layers(model)
-    first, calls = _record(model, layers, input_ids, changed=False)
+    first, calls = _record(model, layers, input_ids, changed=False, returns=returns)
     if not probe:
         return first, calls
-    _, changed = _record(model, layers, input_ids, changed=True)
+    _, changed = _record(model, layers, input_ids, changed=True, returns=returns)
     for index, (a, b) in enumerate(zip(calls, changed, strict=True)):
         if not _same((a.args, a.kwargs), (b.args, b.kwargs)):
-            raise HFModelError(
+            raise _DependsOnOutputs(
                 f"{type(model).__name__} gives decoder layer {index} inputs computed from earlier layers' outputs "
                 "besides the hidden states; it cannot run layer by layer. Load it whole (enough memory for the "
                 "full checkpoint)."
@@ -115,13 +150,19 @@ def record_calls(model: nn.Module, input_ids: Tensor, *, probe: bool = True) -> 
 
 
 def _record(
-    model: nn.Module, layers: nn.ModuleList, input_ids: Tensor, *, changed: bool
+    model: nn.Module,
+    layers: nn.ModuleList,
+    input_ids: Tensor,
+    *,
+    changed: bool,
+    returns: int = 1,
+    first_only: bool = False,
 ) -> tuple[Tensor, list[LayerCall]]:
     calls: dict[int, LayerCall] = {}
     first: list[Tensor] = []
 
-    def make(index: int) -> Callable[..., Tensor]:
-        def act(hidden: Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
+    def make(index: int) -> Callable[..., Any]:
+        def act(hidden: Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             if index in calls:
                 raise HFModelError(
                     f"{type(model).__name__} calls decoder layer {index} more than once per forward (a looped "
@@ -130,20 +171,25 @@ def _record(
             calls[index] = LayerCall(args, kwargs)
             if index == 0:
                 first.append(hidden)
-            return hidden * 2 + 1 if changed else hidden
+                if first_only:
+                    raise _Stop
+            out = hidden * 2 + 1 if changed else hidden
+            return _returned(index, out, returns)
 
         return act
 
     with _stand_ins(layers, make), torch.inference_mode():
         try:
             model(input_ids=input_ids, use_cache=False, **_last_logits_only(model))
+        except _Stop:
+            return first[0], [calls[0]]
         except HFModelError:
             raise
-        except (ValueError, TypeError, RuntimeError) as exc:
+        except (ValueError, TypeError, RuntimeError, AttributeError, IndexError) as exc:
             # The model's loop wanted more from a layer than its hidden states (DSA indexers hand
-            # their top-k to the next layer): what a layer gets then depends on the layer before.
+            # their top-k to the next layer), or did more with a carried value than hand it on.
             first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise HFModelError(
+            raise _DependsOnOutputs(
                 f"{type(model).__name__} passes more than hidden states from one decoder layer to the next "
                 f"({first_line}); it cannot run layer by layer. Load it whole (enough memory for the full checkpoint)."
             ) from None
@@ -153,6 +199,62 @@ def _record(
             f"{type(model).__name__}'s forward skipped decoder layers {missing[:5]}; it cannot run layer by layer."
         )
     return first[0], [calls[i] for i in range(len(layers))]
+
+
+def _returned(index: int, hidden: Tensor, returns: int) -> Any:
+    """What a stand-in for layer ``index`` returns: the hidden states, or the tuple a real layer returns
+    with a marker for each extra value."""
+    if returns == 1:
+        return hidden
+    return (hidden, *(Carried(index, position) for position in range(1, returns)))
+
+
+def _record_carrying(
+    model: nn.Module, batches: Sequence[Tensor], device: torch.device, returns: int
+) -> list[list[LayerCall]]:
+    """Every batch's calls of every layer, recorded with stand-ins that return ``returns`` values;
+    refused unless each extra value reaches only the next layer, as is."""
+    calls = [_recorded(model, ids.to(device), probe=b == 0, returns=returns)[1] for b, ids in enumerate(batches)]
+    for layer_calls in calls:
+        for index, call in enumerate(layer_calls):
+            for marker in _markers((call.args, call.kwargs)):
+                if marker.layer != index - 1 or not 0 < marker.position < returns:
+                    raise HFModelError(
+                        f"{type(model).__name__} hands decoder layer {index} value {marker.position} of what layer "
+                        f"{marker.layer} returned; the sequential pass carries only the previous layer's values. "
+                        "Load it whole (enough memory for the full checkpoint)."
+                    )
+    return calls
+
+
+def _markers(value: Any) -> Iterator[Carried]:
+    if isinstance(value, Carried):
+        yield value
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _markers(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _markers(item)
+
+
+def _filled(value: Any, extras: tuple[Any, ...]) -> Any:
+    """``value`` with every :class:`Carried` marker replaced by the previous layer's real value."""
+    if isinstance(value, Carried):
+        return extras[value.position - 1]
+    if isinstance(value, tuple | list):
+        return type(value)(_filled(item, extras) for item in value)
+    if isinstance(value, dict):
+        return {key: _filled(item, extras) for key, item in value.items()}
+    return value
+
+
+def _moved(value: Any, device: torch.device | str) -> Any:
+    if isinstance(value, Tensor):
+        return value.to(device)
+    if isinstance(value, tuple | list):
+        return type(value)(_moved(item, device) for item in value)
+    return value
 
 
 def _last_logits_only(model: nn.Module) -> dict[str, Any]:
@@ -165,6 +267,8 @@ def _last_logits_only(model: nn.Module) -> dict[str, Any]:
 
 
 def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, Carried) or isinstance(b, Carried):
+        return a == b
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         return a.shape == b.shape and bool(torch.equal(a, b))
     if isinstance(a, tuple | list) and isinstance(b, tuple | list):
@@ -191,7 +295,7 @@ class Activations:
         checkpoint: PassCheckpoint | None = None,
         slot: int = 0,
     ) -> None:
-        self.memory: dict[int, Tensor] = {}
+        self.memory: dict[int, Any] = {}
         self.folder: Path | None = None
         self.checkpoint, self.slot = checkpoint, slot
         if checkpoint is not None:
@@ -206,17 +310,18 @@ class Activations:
         assert self.folder is not None
         return self.folder / f"{batch}.pt"
 
-    def put(self, batch: int, hidden: Tensor) -> None:
-        """The output of the layer now running (with a checkpoint: into the slot it does not read)."""
+    def put(self, batch: int, hidden: Any) -> None:
+        """The output of the layer now running (with a checkpoint: into the slot it does not read):
+        the hidden states, or (hidden states, the extra values a layer returned)."""
         if self.folder is None and self.checkpoint is None:
             self.memory[batch] = hidden
         else:
-            torch.save(hidden.cpu(), self._file(batch, 1 - self.slot))
+            torch.save(_moved(hidden, "cpu"), self._file(batch, 1 - self.slot))
 
-    def get(self, batch: int, device: torch.device) -> Tensor:
+    def get(self, batch: int, device: torch.device) -> Any:
         if self.folder is None and self.checkpoint is None:
             return self.memory[batch]
-        return torch.load(self._file(batch, self.slot), weights_only=True).to(device)
+        return _moved(torch.load(self._file(batch, self.slot), weights_only=True), device)
 
     def flip(self) -> None:
         """A layer has run every batch: its outputs are the next layer's inputs."""
@@ -310,18 +415,35 @@ def run_sequentially(
     with ExitStack() as stack, torch.inference_mode():
         calls: list[list[LayerCall]] = []
         first: list[Tensor] = []
-        for b, ids in enumerate(batches):
-            hidden, layer_calls = record_calls(model, ids.to(device), probe=b == 0)
-            first.append(hidden)
-            calls.append(layer_calls)
+        plain_refusal: HFModelError | None = None
+        try:
+            for b, ids in enumerate(batches):
+                hidden, layer_calls = record_calls(model, ids.to(device), probe=b == 0)
+                first.append(hidden)
+                calls.append(layer_calls)
+        except _DependsOnOutputs as refusal:
+            # Perhaps the layers return more than hidden states: layer 0's calls now, the others once
+            # layer 0 has shown what a layer returns (module docstring).
+            plain_refusal = refusal
+            first.clear()
+            calls = []
+            for ids in batches:
+                hidden, layer_calls = _record(model, layers, ids.to(device), changed=False, first_only=True)
+                first.append(hidden)
+                calls.append(layer_calls)
+        carrying = plain_refusal is not None
         total = sum(h.numel() * h.element_size() for h in first)
         done, slot = checkpoint.resume(len(layers)) if checkpoint is not None else (0, 0)
         carried = Activations(stack, total, spill_bytes, spill_dir, checkpoint, slot)
         if not done:
             for b, hidden in enumerate(first):
-                carried.put(b, hidden)
+                carried.put(b, (hidden, ()) if carrying else hidden)
             carried.flip()
         first.clear()
+        returns: int | None = None
+        if carrying and done:
+            returns = 1 + len(carried.get(0, device)[1])
+            calls = _record_carrying(model, batches, device, returns)
         for index in range(done, len(layers)):
             with stream.hold(index) if stream is not None else _nothing():
                 layer = layers[index]
@@ -329,14 +451,31 @@ def run_sequentially(
                     if before_batch is not None:
                         before_batch(b)
                     call = calls[b][index]
-                    out = layer(carried.get(b, device), *call.args, **call.kwargs)
-                    if not isinstance(out, Tensor):
+                    if not carrying:
+                        out = layer(carried.get(b, device), *call.args, **call.kwargs)
+                        if not isinstance(out, Tensor):
+                            raise HFModelError(
+                                f"{type(layer).__name__} returns {type(out).__name__}, not the hidden states; "
+                                "this model cannot run layer by layer."
+                            )
+                        carried.put(b, out)
+                        continue
+                    hidden, extras = carried.get(b, device)
+                    out = layer(hidden, *_filled(call.args, extras), **_filled(call.kwargs, extras))
+                    if returns is None:
+                        if not isinstance(out, tuple) or len(out) < 2:
+                            # Layer 0 returns its hidden states alone: the plain refusal stands.
+                            raise plain_refusal  # type: ignore[misc]
+                        returns = len(out)
+                    if not (isinstance(out, tuple) and len(out) == returns and isinstance(out[0], Tensor)):
                         raise HFModelError(
-                            f"{type(layer).__name__} returns {type(out).__name__}, not the hidden states; "
-                            "this model cannot run layer by layer."
+                            f"Decoder layer {index} ({type(layer).__name__}) returns {type(out).__name__}, not "
+                            f"{returns} values as layer 0 does; this model cannot run layer by layer."
                         )
-                    carried.put(b, out)
+                    carried.put(b, (out[0], tuple(out[1:])))
             carried.flip()
+            if carrying and index == 0 and returns is not None:
+                calls = _record_carrying(model, batches, device, returns)
             if checkpoint is not None:
                 checkpoint.commit(index + 1, carried.slot)
             if on_layer is not None:
@@ -347,8 +486,13 @@ def run_sequentially(
         for b, ids in enumerate(batches):
             final = carried.get(b, device)
 
-            def make(index: int, final: Tensor = final) -> Callable[..., Tensor]:
-                return lambda hidden, args, kwargs: final if index == last else hidden
+            def make(index: int, final: Any = final) -> Callable[..., Any]:
+                if not carrying:
+                    return lambda hidden, args, kwargs: final if index == last else hidden
+                # The last stand-in returns the last layer's real values, the others markers.
+                return lambda hidden, args, kwargs: (
+                    (final[0], *final[1]) if index == last else _returned(index, hidden, returns or 1)
+                )
 
             with _stand_ins(layers, make):
                 on_output(b, model(input_ids=ids.to(device), use_cache=False))

@@ -47,24 +47,7 @@ REFUSED: dict[str, tuple[str, str]] = {
 
 #: model_type → operation → why it does not work yet. Not structural: open work. The family test
 #: expects exactly these operations to fail (strict xfail), so a fix shows up as a failure to update.
-GAPS: dict[str, dict[str, str]] = {
-    # The matrix has no column of its own for the sequential pass; the layer-by-layer jobs need it, and
-    # mlcore.hf.memory streams only families without a layer_by_layer_load gap, so the gap stays here.
-    **{
-        family: {
-            "layer_by_layer_load": (
-                "a streamed forward loads and computes the same logits, but the sequential pass refuses: "
-                "a layer hands the next one more than hidden states (the indexer's top-k)"
-            )
-        }
-        for family in ("glm_moe_dsa", "hy_v4")
-    },
-    "ernie4_5_moe": {"remove_experts": "a sliced checkpoint does not reload in stock transformers (size mismatch)"},
-    "gemma4_text": {"remove_experts": "a sliced checkpoint does not reload in stock transformers (size mismatch)"},
-    "inkling2_text": {"replace_with_novices": "the forward with novices fails (negative dimension)"},
-    "inkling2_loop_text": {"replace_with_novices": "the forward with novices fails (negative dimension)"},
-    "laguna": {"save_and_reload": "stock transformers computes other logits for biased novice experts"},
-}
+GAPS: dict[str, dict[str, str]] = {}
 
 #: How each detected routing rule takes experts out of routing (``remove_experts`` with uneven counts
 #: or group-limited routing), for the matrix's "masks" column.

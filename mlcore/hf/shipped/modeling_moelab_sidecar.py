@@ -45,11 +45,13 @@ class MoELabSidecarForCausalLM(_BaseModel):
 
 
 # The checkpoint's tensors are stored as the base architecture stores them (per-expert keys that
-# transformers fuses on load): reuse its conversions for this model type and class.
+# transformers fuses on load): reuse its conversions for this model type, and only for it. The
+# inner base model shares this config; a mapping also found through this class's name would be
+# applied once more there, and a renaming that is not idempotent (Laguna's ``mlp.shared_expert.``
+# → ``mlp.shared_experts.``, a regex) would then load the shared experts under wrong keys.
 _mapping = get_checkpoint_conversion_mapping(BASE_MODEL_TYPE)
 if _mapping is not None:
-    for _name in (MODEL_TYPE, MoELabSidecarForCausalLM.__name__):
-        register_checkpoint_conversion_mapping(_name, _mapping, overwrite=True)
+    register_checkpoint_conversion_mapping(MODEL_TYPE, _mapping, overwrite=True)
 
 
 def apply_novices(model: Any, location: str) -> None:

@@ -1,17 +1,19 @@
-"""The sequential pass: each decoder layer read once for all batches, the model's own logits, and
-a refusal where a layer's input depends on more than the hidden states before it."""
+"""The sequential pass: each decoder layer read once for all batches, the model's own logits, values
+a layer returns besides its hidden states carried to the next layer exactly, and a refusal where a
+layer's input depends on earlier outputs in a way the pass cannot carry."""
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from mlcore.hf import HFModelError, adapt, layer_by_layer
 from mlcore.hf.families import tiny_family_config
 from mlcore.hf.layerwise import ShardIndex
-from mlcore.hf.sequential import run_sequentially
+from mlcore.hf.sequential import PassCheckpoint, run_sequentially
 
 
 def tiny(model_type: str = "olmoe") -> Any:
@@ -121,6 +123,88 @@ def test_a_model_whose_layers_get_states_built_from_earlier_outputs_is_refused()
         run_sequentially(inkling2_loop(n_layers_per_attn_res_block=1), batches(1))
 
 
-def test_a_model_whose_layers_hand_on_more_than_hidden_states_is_refused() -> None:
-    with pytest.raises(HFModelError, match="more than hidden states"):
-        run_sequentially(tiny("glm_moe_dsa"), batches(1))
+@pytest.mark.parametrize("model_type", ["glm_moe_dsa", "hy_v4"])
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_layers_that_hand_on_their_indexers_top_k_run_with_the_models_own_logits(
+    model_type: str, batch_size: int
+) -> None:
+    # The tiny configs select 4 of 12 keys and reuse the top-k in their last layer, so a wrong
+    # carried top-k changes the logits. Batch size 1 makes the plain recording fail to unpack a
+    # layer's output; 2 unpacks the hidden states along the batch and only the probe sees it.
+    model = tiny(model_type)
+    assert model.config.indexer_types[-1] == "shared" and model.config.index_topk < 12
+    ids = [torch.randint(3, 128, (batch_size, 12), generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    found = logits_of(model, ids)
+    with torch.no_grad():
+        for b, batch in enumerate(ids):
+            torch.testing.assert_close(found[b], model(batch, use_cache=False).logits, rtol=0, atol=1e-5)
+
+
+def test_a_carrying_pass_killed_after_a_layer_resumes_with_the_same_logits(tmp_path: Path) -> None:
+    model = tiny("hy_v4")
+    whole = logits_of(model, batches(2))
+
+    def checkpoint() -> PassCheckpoint:
+        return PassCheckpoint(tmp_path, "hy_v4", save_state=lambda path: path.touch(), load_state=lambda path: None)
+
+    def killed(done: int, total: int) -> None:
+        if done == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sequentially(model, batches(2), on_layer=killed, checkpoint=checkpoint())
+    resumed: list[int] = []
+    found = logits_of(model, batches(2), checkpoint=checkpoint(), on_layer=lambda done, total: resumed.append(done))
+    assert resumed == [2, 3]
+    for b in whole:
+        assert torch.equal(found[b], whole[b])
+
+
+class _ToyLayer(nn.Module):
+    """Returns its hidden states and a summary of them, which the toy model may hand to the next layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, hidden: Tensor, prev: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        out = self.linear(hidden) + (0 if prev is None else prev)
+        return out, out.mean(dim=-1, keepdim=True)
+
+
+class _Toy(nn.Module):
+    def __init__(self, hand_on: Any) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(128, 4)
+        self.model = nn.Module()
+        self.model.layers = nn.ModuleList(_ToyLayer() for _ in range(3))
+        self.hand_on = hand_on
+
+    def forward(self, input_ids: Tensor, use_cache: bool = False) -> Any:
+        hidden, extra, extras = self.embed(input_ids), None, []
+        for layer in self.model.layers:
+            hidden, extra = layer(hidden, prev=self.hand_on(extra, extras))
+            extras.append(extra)
+        return SimpleNamespace(logits=hidden)
+
+
+def test_a_value_handed_on_unchanged_to_the_next_layer_is_carried_exactly() -> None:
+    model = _Toy(lambda extra, extras: extra)
+    found = logits_of(model, batches(2))
+    with torch.no_grad():
+        for b, ids in enumerate(batches(2)):
+            assert torch.equal(found[b], model(ids).logits)
+
+
+@pytest.mark.parametrize(
+    ("hand_on", "message"),
+    [
+        (lambda extra, extras: None if extra is None else extra * 2, "more than hidden states"),
+        (lambda extra, extras: extras[0] if len(extras) > 1 else extra, "only the previous layer's values"),
+    ],
+    ids=["changed on the way", "from an older layer"],
+)
+def test_a_returned_value_the_pass_cannot_carry_exactly_is_refused(hand_on: Any, message: str) -> None:
+    with pytest.raises(HFModelError, match=message):
+        run_sequentially(_Toy(hand_on), batches(1))
