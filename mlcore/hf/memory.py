@@ -157,21 +157,28 @@ def check_whole_fits(path: Path, *, device: Any, what: str, batch_tokens: int, a
 def _needs(path: Path, *, tokens: int, batch_tokens: int, whole_copies: int) -> tuple[dict[str, Any], MemoryNeeds]:
     """The config and the needs of running ``tokens`` tokens, ``batch_tokens`` at a time.
 
-    Carried activations are one hidden vector per token in the load dtype; a batch's working
-    memory is taken as 24 hidden vectors per token in float32 (attention, the experts' gate/up
-    outputs for top-k, logits of the last position), a bound that holds for the families tested."""
+    Carried activations are one hidden vector per token in the load dtype (``hc_mult`` of them where
+    the model keeps several residual streams, HY-V4), plus what a layer hands the next besides them
+    (a DSA indexer's top-k: ``index_topk`` int64 ids per token, GLM-MoE-DSA and HY-V4); a batch's
+    working memory is taken as 24 hidden vectors per token in float32 (attention, the experts'
+    gate/up outputs for top-k, logits of the last position), a bound that holds for the families tested."""
     import json
 
     from mlcore.hf.loading import load_dtype
 
     raw = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
     text = raw.get("text_config") or {}
-    hidden = int(raw.get("hidden_size") or text.get("hidden_size") or 0)
+
+    def field(name: str) -> int:
+        return int(raw.get(name) or text.get(name) or 0)
+
+    hidden = field("hidden_size")
     element = load_dtype(path).itemsize
+    carried = max(1, field("hc_mult")) * hidden * element + field("index_topk") * 8
     needs = memory_needs(
         path,
         load_bytes=element,
-        activations=tokens * hidden * element,
+        activations=tokens * carried,
         working=batch_tokens * hidden * 4 * 24,
         whole_copies=whole_copies,
     )

@@ -24,3 +24,25 @@ def test_the_needs_follow_the_load_dtype_not_the_file(tmp_path: Path) -> None:
     on_disk = sum(p.stat().st_size for p in ZOO_LM.glob("*.safetensors"))
     computed = memory_needs(ZOO_LM, load_bytes=4, activations=0, working=0).weights
     assert 1.9 * on_disk < computed < 2.05 * on_disk
+
+
+@pytest.mark.parametrize(
+    ("extra", "per_token"),
+    [({}, 32 * 4), ({"hc_mult": 4}, 4 * 32 * 4), ({"index_topk": 16}, 32 * 4 + 16 * 8)],
+)
+def test_carried_activations_count_every_residual_stream_and_the_indexers_top_k(
+    tmp_path: Path, extra: dict, per_token: int
+) -> None:
+    import json
+
+    from mlcore.hf.memory import _needs
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for path in ZOO_LM.glob("*.safetensors"):
+        (folder / path.name).symlink_to(path)
+    config = json.loads((ZOO_LM / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "hidden_size": 32, **extra}))
+    _, needs = _needs(folder, tokens=1000, batch_tokens=0, whole_copies=1)
+    _, plain = _needs(folder, tokens=0, batch_tokens=0, whole_copies=1)
+    assert needs.layer_by_layer - plain.layer_by_layer == 1000 * per_token
