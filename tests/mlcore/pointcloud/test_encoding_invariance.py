@@ -49,10 +49,12 @@ def test_encodings_carrying_the_same_attributes_give_the_same_labels(zoo, tmp_pa
         assert row["max_error_mm"] <= 1.0, row  # the UTM-placed LAS 1.4 too
 
 
-#: Measured: 4.8% of the whole street's points and 7.5% of this 10,000-point sample change label when
-#: cut into tiles of half its voxels. The goal is 1% and is not met: the backbone's serialised
-#: patches differ wherever a window holds other points. This bound guards against getting worse.
-TILING_BOUND = 0.09
+#: The share of this 10,000-point sample's labels that may change when it is cut into tiles of half its
+#: voxels, by the zoo checkpoint's patch layout. Measured: the shipped checkpoint (rank layout, whose
+#: patches differ wherever a window holds other points) changes 7.5% (4.8% of the whole street);
+#: the same recipe with ``patch_layout="local"`` changes 0.8% (0.2% of the whole street) with seed 0.
+#: The goal is 1%; once the zoo is retrained with the local layout this test holds it to that.
+TILING_BOUND = {"rank": 0.08, "local": 0.01}
 
 
 def test_tiling_changes_few_labels_on_a_scan_that_fits_whole(zoo) -> None:
@@ -63,7 +65,7 @@ def test_tiling_changes_few_labels_on_a_scan_that_fits_whole(zoo) -> None:
     whole = segment_cloud(zoo, xyz, None, scene.intensity, grid=0.1)
     tiled = segment_cloud(zoo, xyz, None, scene.intensity, grid=0.1, chunk_points=whole.voxels // 2)
     assert whole.chunks == 1 and tiled.chunks > 1
-    assert (whole.labels != tiled.labels).mean() <= TILING_BOUND
+    assert (whole.labels != tiled.labels).mean() <= TILING_BOUND[zoo.cfg.patch_layout]
 
 
 def test_a_thumbnail_with_a_legend_shows_each_class_colour_exactly(tmp_path: Path) -> None:
