@@ -13,33 +13,50 @@ from mlcore.hf.adapter import MoEAdapter
 
 
 def sizes(model: nn.Module, adapter: MoEAdapter, *, stored_as: torch.dtype | None = None) -> dict[str, int]:
-    """Parameters and bytes the checkpoint stores, and what serving needs ("effective"): a novice
-    costs its vector of H numbers instead of its expert's weights. Bytes come from each tensor's
-    own dtype (a bfloat16 checkpoint with float32 routers counts 2 and 4 bytes respectively);
-    ``stored_as`` is the dtype float32 tensors are written in (a float16 checkpoint computed in
-    float32 is stored back in float16, so its files, not its memory, are what is counted)."""
+    """Parameters and bytes the checkpoint stores, and what serving needs ("effective": a novice
+    costs its vector of H numbers instead of its expert's weights).
+
+    "Stored" is what a save writes (:mod:`mlcore.hf.checkpoint`): the weights, where a layer in the
+    compact layout holds only its kept experts, plus the sidecar's novice vectors; the bytes also
+    count the sidecar's int64 ids (novice ids, kept ids) and bool masks, so they are every tensor
+    byte the files hold (persistent buffers aside). A MoNE checkpoint then stores non-expert +
+    kept-expert + novice bytes, issue #21's size goal. Bytes come from each tensor's own dtype (a
+    bfloat16 checkpoint with float32 routers counts 2 and 4 bytes respectively); ``stored_as`` is
+    the dtype float32 tensors are written in (a float16 checkpoint computed in float32 is stored
+    back in float16, so its files, not its memory, are what is counted)."""
+    from mlcore.hf.novices import stored_experts
 
     def element(tensor: torch.Tensor) -> int:
         if stored_as is not None and tensor.dtype == torch.float32:
             return stored_as.itemsize
         return tensor.element_size()
 
-    stored = sum(p.numel() for p in model.parameters())
-    stored_bytes = sum(p.numel() * element(p) for p in model.parameters())
+    total = sum(p.numel() for p in model.parameters())
+    total_bytes = sum(p.numel() * element(p) for p in model.parameters())
+    stored, stored_bytes = total, total_bytes
     saved = saved_bytes = 0
     for info in adapter.layers:
         tensors = [p for p in info.experts.parameters(recurse=False)]
         per_expert = sum(p[0].numel() for p in tensors) if info.num_experts else 0
         per_expert_bytes = sum(p[0].numel() * element(p) for p in tensors) if info.num_experts else 0
         element_bytes = element(tensors[0]) if tensors else 0
-        for _ in adapter.novices.get(info.index, {}):
-            saved += per_expert - info.hidden
-            saved_bytes += per_expert_bytes - info.hidden * element_bytes
+        novices = len(adapter.novices.get(info.index, {}))
+        saved += novices * (per_expert - info.hidden)
+        saved_bytes += novices * (per_expert_bytes - info.hidden * element_bytes)
+        # The sidecar: a vector and an id per novice.
+        stored += novices * info.hidden
+        stored_bytes += novices * (info.hidden * element_bytes + 8)
+        kept = stored_experts(info.experts)
+        if kept is not None:
+            dropped = info.num_experts - kept.numel()
+            stored -= dropped * per_expert
+            stored_bytes -= dropped * per_expert_bytes - 8 * kept.numel()
+    stored_bytes += sum(mask.numel() for mask in adapter.masks.values())
     return {
         "parameters_stored": stored,
-        "parameters_effective": stored - saved,
+        "parameters_effective": total - saved,
         "bytes_stored": stored_bytes,
-        "bytes_effective": stored_bytes - saved_bytes,
+        "bytes_effective": total_bytes - saved_bytes,
     }
 
 

@@ -9,6 +9,11 @@ norm, head) go to one more shard, with the safetensors index, the updated config
 novices, exactly what :meth:`MoEAdapter.save` writes for a model in memory, so
 ``mlcore.hf.load_model`` and stock transformers read both alike. Peak memory: one layer and the
 weights outside the layers.
+
+The tensors are those ``save_pretrained`` writes for the same model: each layer's state dict (a
+layer with novices gives only its kept experts, :mod:`mlcore.hf.novices`), with transformers'
+weight conversion reverted on it, so the shards hold the family's own on-disk layout (per-expert
+keys where the family stores them so) and the compact MoNE layout of :mod:`mlcore.hf.checkpoint`.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import torch
 from torch import Tensor
 
 from mlcore.compress.plan import CompressionPlan, apply_to_layer, finish_plan, removal_of
+from mlcore.hf.novices import FULL_LAYOUT
 
 INDEX = "model.safetensors.index.json"
 
@@ -54,14 +60,19 @@ def write_compressed(
             with stream.hold(index) as layer, torch.no_grad():
                 if index in moe:
                     apply_to_layer(adapter, plan, index, how)
-                state = {f"model.layers.{index}.{name}": t.contiguous() for name, t in layer.state_dict().items()}
+                state = on_disk(model, {f"model.layers.{index}.{name}": t for name, t in layer.state_dict().items()})
+                if index in moe:
+                    # Written in the compact layout: the sidecar (written last) lists its kept experts.
+                    adapter.layer(index).experts.__dict__.pop(FULL_LAYOUT, None)
                 file = f"model-layer-{index:05d}.safetensors"
                 save_file(state, target / file, metadata={"format": "pt"})
                 weight_map.update(dict.fromkeys(state, file))
                 total += sum(t.numel() * t.element_size() for t in state.values())
             if on_layer is not None:
                 on_layer(index + 1, len(stream.layers))
-        outside = _unshared({n: t for n, t in model.state_dict().items() if not n.startswith("model.layers.")})
+        outside = on_disk(
+            model, _unshared({n: t for n, t in model.state_dict().items() if not n.startswith("model.layers.")})
+        )
         save_file(outside, target / "model-outside.safetensors", metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(outside, "model-outside.safetensors"))
         total += sum(t.numel() * t.element_size() for t in outside.values())
@@ -75,6 +86,15 @@ def write_compressed(
         # Masks and novices are attributes of the routers and experts modules, not tensors of the
         # layers, so they outlive each layer's release and the sidecar sees every one.
         write_sidecar(adapter, target)
+
+
+def on_disk(model: Any, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Part of ``model``'s state dict under the names and layout its family stores on disk, as
+    ``save_pretrained`` writes it (transformers' weight conversion reverted; it runs per key group,
+    which transformers itself relies on to save offloaded models shard by shard)."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    return {name: t.contiguous() for name, t in revert_weight_conversion(model, state).items()}
 
 
 def _unshared(state: dict[str, Tensor]) -> dict[str, Tensor]:

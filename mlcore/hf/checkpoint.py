@@ -6,18 +6,44 @@ Router masks of the softmax routers and novices of bias-free experts are stored 
     layers.{i}.masked          bool[E]     experts taken out of routing in decoder layer i
     layers.{i}.novice_ids      int64[n]    experts replaced by constants
     layers.{i}.novice_vectors  float[n, H] their constant outputs c_e
+    layers.{i}.kept            int64[K]    the experts whose weights the shards store, slot by slot
 
 Masks and novices that the stock checkpoint already carries (GPT-OSS, DeepSeek-V3 biases) are
 recorded there too, so the sidecar always lists every edit.
 
+**Compact layout (sidecar version 2).** A novice's weights compute nothing (its output is c_e),
+so they are not stored: in a layer with novices the shards hold only the K = E − n kept experts,
+in the family's own on-disk layout (fused ``gate_up_proj`` [K, 2I, H], GraniteMoE's
+``input_linear.weight`` [K, 2I, H], per-expert keys ``experts.{j}.*`` with j = 0..K−1, ...), because
+they are written by the family's own state dict (``save_pretrained`` reverts transformers'
+conversion; see :mod:`mlcore.hf.novices` for the state-dict hook that drops the rows). Slot j holds
+expert ``kept[j]``; ``kept`` is ascending. The router keeps all E rows (novices are still routed)
+and the config's expert count stays E; ``config.json`` gives ``moelab_stored_experts`` (decoder
+layer → K) and ``moelab_experts_modules`` (decoder layer → experts module), which a loader needs
+before any weight is read, to give each experts module its stored shapes. The file then meets
+issue #21's bound: non-expert bytes + kept-expert bytes + the novice vectors (plus the ids).
+Checkpoints written before (version 1, every expert stored with the novices' rows zeroed, no
+``kept``) load as they always did.
+
+Loading the compact layout: MoE Lab (:func:`mlcore.hf.loading.load_model`) builds the model with
+room for the K stored experts only, lets ``from_pretrained`` fill them, then widens each experts
+tensor back to E rows with zeros for the novices (the adapter and every job read stacked
+[E, ...] experts beside an [E, H] router): the file is compact, memory after loading is the full
+model's, as before (peak: the full model plus one [K, ...] tensor). A layer streamed on its own
+(:mod:`mlcore.hf.layerwise`) is widened the same way when it is read. The shipped code (below)
+keeps the model compact in memory: only the kept experts are ever allocated, and each novice slot
+of the router's top-k goes to slot 0 with gate 0 (no contribution) while its constant is added.
+
 A checkpoint whose edits live only in the sidecar would load silently *wrong* in stock tools
-(novices as zero experts, masked experts routed again). Its config.json is therefore marked:
-``model_type`` becomes ``moelab-sidecar`` (no library knows it, so ``AutoModelForCausalLM`` and
-others fail loudly) and ``moelab_base_model_type`` keeps the real type, which
-:func:`mlcore.hf.loading.checked_config` reads back (MoE Lab never runs the shipped code). When
-the sidecar-only edits are novices, the checkpoint also ships ``modeling_moelab_sidecar.py`` with an
-``auto_map``, so ``from_pretrained(..., trust_remote_code=True)`` computes exactly this model in
-stock transformers. For tools that run no remote code, export the model with the novices removed
+(novices as zero experts, masked experts routed again), and a compact one would not match its
+config's shapes. Its config.json is therefore marked: ``model_type`` becomes ``moelab-sidecar``
+(no library knows it, so ``AutoModelForCausalLM`` and others fail loudly) and
+``moelab_base_model_type`` keeps the real type, which :func:`mlcore.hf.loading.checked_config`
+reads back (MoE Lab never runs the shipped code). When the sidecar-only edits are novices (every
+family, GPT-OSS included: its stock biases could hold c_e, but only with every expert's weights
+stored), the checkpoint also ships ``modeling_moelab_sidecar.py`` with an ``auto_map``, so
+``from_pretrained(..., trust_remote_code=True)`` computes exactly this model in stock transformers.
+For tools that run no remote code, export the model with the novices removed
 (``MoEAdapter.save_without_novices``).
 """
 
@@ -30,8 +56,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from torch import Tensor
 
 from mlcore.hf.architectures import HFModelError
+from mlcore.hf.novices import FULL_LAYOUT, stored_experts
 
 if TYPE_CHECKING:
     from mlcore.hf.adapter import MoEAdapter
@@ -42,6 +70,9 @@ _SIDECAR_FORMAT = "moelab-hf-experts"
 SIDECAR_MODEL_TYPE = "moelab-sidecar"
 BASE_TYPE_FIELD = "moelab_base_model_type"
 REMOTE_CODE = "modeling_moelab_sidecar.py"
+#: config.json fields of a marked checkpoint: decoder layer → experts module name, and → experts stored.
+MODULES_FIELD = "moelab_experts_modules"
+STORED_FIELD = "moelab_stored_experts"
 
 
 def weight_files(path: Path) -> list[Path]:
@@ -73,9 +104,16 @@ def stored_tensors(path: Path) -> Iterator[StoredTensor]:
 
 
 def needs_sidecar(adapter: MoEAdapter) -> bool:
-    """Whether some edit lives only in the sidecar (stock weights alone would compute something else)."""
+    """Whether some edit lives only in the sidecar (stock weights alone would compute something
+    else, or, in the compact layout, not load at all)."""
     native_novices = all(hasattr(info.experts, "down_proj_bias") for info in adapter.layers)
-    return bool(_hook_masks(adapter) or (adapter.novices and not native_novices))
+    return bool(_hook_masks(adapter) or compact_layers(adapter) or (adapter.novices and not native_novices))
+
+
+def compact_layers(adapter: MoEAdapter) -> dict[int, Tensor]:
+    """Decoder layer → the ids of the experts its checkpoint stores, for the layers stored compact."""
+    found = {info.index: stored_experts(info.experts) for info in adapter.layers}
+    return {index: kept for index, kept in found.items() if kept is not None}
 
 
 def _hook_masks(adapter: MoEAdapter) -> bool:
@@ -84,16 +122,31 @@ def _hook_masks(adapter: MoEAdapter) -> bool:
     return bool(adapter.masks) and not in_weights
 
 
-def mark_config(path: Path, base_model_type: str, modules: dict[str, str] | None = None) -> None:
-    """Make stock loaders refuse the checkpoint at ``path`` unless they run its shipped code, which is
-    written when ``modules`` (decoder layer → experts module name) is given (see the module docstring)."""
+def mark_config(
+    path: Path,
+    base_model_type: str,
+    modules: dict[str, str] | None = None,
+    *,
+    stored: dict[str, int] | None = None,
+    ship_code: bool = True,
+) -> None:
+    """Make stock loaders refuse the checkpoint at ``path`` unless they run its shipped code (see
+    the module docstring). ``modules`` (decoder layer → experts module name) and ``stored``
+    (decoder layer → experts stored, compact layers only) go into the config; the code ships when
+    ``modules`` is given and ``ship_code`` is true."""
     import json
 
     file = Path(path) / "config.json"
     raw = json.loads(file.read_text(encoding="utf-8"))
     raw[BASE_TYPE_FIELD] = base_model_type
     raw["model_type"] = SIDECAR_MODEL_TYPE
+    for field in (MODULES_FIELD, STORED_FIELD, "auto_map"):
+        raw.pop(field, None)
     if modules is not None:
+        raw[MODULES_FIELD] = modules
+    if stored:
+        raw[STORED_FIELD] = stored
+    if modules is not None and ship_code:
         template = (Path(__file__).parent / "shipped" / REMOTE_CODE).read_text(encoding="utf-8")
         code = template.replace('BASE_MODEL_TYPE = "mixtral"', f"BASE_MODEL_TYPE = {base_model_type!r}", 1)
         (Path(path) / REMOTE_CODE).write_text(code, encoding="utf-8")
@@ -102,13 +155,18 @@ def mark_config(path: Path, base_model_type: str, modules: dict[str, str] | None
             "AutoConfig": f"{stem}.MoELabSidecarConfig",
             "AutoModelForCausalLM": f"{stem}.MoELabSidecarForCausalLM",
         }
-        raw["moelab_experts_modules"] = modules
         raw["architectures"] = ["MoELabSidecarForCausalLM"]
     raw["moelab_note"] = (
         "Experts of this checkpoint were replaced by constant novices or masked, which MoE Lab's loader "
         "(mlcore.hf.load_model) applies, and stock transformers only with trust_remote_code=True where "
-        f"{REMOTE_CODE} is shipped; without them it would compute a different model. Use the export without "
-        "novices for other tools."
+        f"{REMOTE_CODE} is shipped; without them it would compute a different model"
+        + (
+            f". The novices' weights are not stored: the layers in {STORED_FIELD} hold only the experts that "
+            f"{SIDECAR} lists as 'kept'"
+            if stored
+            else ""
+        )
+        + ". Use the export without novices for other tools."
     )
     file.write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -121,6 +179,8 @@ def base_model_type(raw: dict) -> str:
 
 
 def write_sidecar(adapter: MoEAdapter, path: Path) -> None:
+    """Write the sidecar of ``adapter``'s edits next to the weights just written at ``path`` (by
+    ``save_pretrained`` or :func:`mlcore.compress.streamed.write_compressed`), and mark the config."""
     from safetensors.torch import save_file
 
     tensors = {}
@@ -130,19 +190,29 @@ def write_sidecar(adapter: MoEAdapter, path: Path) -> None:
         ids = sorted(vectors)
         tensors[f"layers.{index}.novice_ids"] = torch.tensor(ids, dtype=torch.int64)
         tensors[f"layers.{index}.novice_vectors"] = torch.stack([vectors[e].cpu() for e in ids])
+    stored = compact_layers(adapter)
+    for index, kept in stored.items():
+        tensors[f"layers.{index}.kept"] = kept.to(torch.int64)
     target = Path(path) / SIDECAR
     if not tensors:
         target.unlink(missing_ok=True)
         return
     if needs_sidecar(adapter):
-        modules = None if _hook_masks(adapter) else {str(i.index): f"{i.name}.{_child_name(i)}" for i in adapter.layers}
-        mark_config(path, adapter.model.config.model_type, modules)
-    metadata = {"format": _SIDECAR_FORMAT, "version": "1", "model_type": adapter.arch}
+        mark_config(
+            path,
+            adapter.model.config.model_type,
+            {str(i.index): f"{i.name}.{_child_name(i)}" for i in adapter.layers},
+            stored={str(index): int(kept.numel()) for index, kept in stored.items()},
+            # The shipped code applies novices, never hook masks: with those, MoE Lab alone loads it.
+            ship_code=not _hook_masks(adapter),
+        )
+    metadata = {"format": _SIDECAR_FORMAT, "version": "2", "model_type": adapter.arch}
     save_file({name: t.contiguous() for name, t in tensors.items()}, target, metadata=metadata)
 
 
 def apply_sidecar(adapter: MoEAdapter, path: Path) -> None:
-    """Re-apply the masks and novices recorded next to a checkpoint (nothing if there is none)."""
+    """Re-apply the masks and novices recorded next to a checkpoint (nothing if there is none).
+    A layer without ``kept`` ids (version 1) stores every expert: a streamed model reads it so."""
     from safetensors import safe_open
 
     target = Path(path) / SIDECAR
@@ -162,6 +232,56 @@ def apply_sidecar(adapter: MoEAdapter, path: Path) -> None:
                 ids = sidecar.get_tensor(prefix + "novice_ids").tolist()
                 vectors = sidecar.get_tensor(prefix + "novice_vectors")
                 adapter.replace_with_novices({info.index: dict(zip(ids, vectors))})
+                if prefix + "kept" not in names:
+                    setattr(info.experts, FULL_LAYOUT, True)
+            if prefix + "kept" in names:
+                kept = sidecar.get_tensor(prefix + "kept")
+                if not torch.equal(kept, _kept_of(stored_experts(info.experts), info.num_experts)):
+                    raise HFModelError(
+                        f"{target.name}: layer {info.index} stores experts {kept.tolist()}, which are not the "
+                        "experts that are not novices; the checkpoint is damaged. Re-save it."
+                    )
+
+
+def _kept_of(kept: Tensor | None, num_experts: int) -> Tensor:
+    return torch.arange(num_experts) if kept is None else kept.to(torch.int64)
+
+
+def stored_layout(path: Path) -> dict[str, tuple[Tensor, int]]:
+    """Experts module name → (ids of the experts stored, slot by slot; E) for each layer a compact
+    checkpoint stores compact; empty for a checkpoint in the full layout. Read from config.json and
+    the sidecar, before any weight, and checked against each other."""
+    import json
+
+    from safetensors import safe_open
+
+    raw = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    stored = raw.get(STORED_FIELD) or {}
+    if not stored:
+        return {}
+    modules = raw.get(MODULES_FIELD) or {}
+    target = Path(path) / SIDECAR
+    if not target.is_file() or set(stored) - set(modules):
+        raise HFModelError(
+            f"config.json says some layers store only their kept experts, but {SIDECAR} or the experts modules "
+            "are missing; the checkpoint is incomplete. Copy the whole folder."
+        )
+    layout = {}
+    with safe_open(target, framework="pt") as sidecar:
+        names = set(sidecar.keys())
+        for layer, count in stored.items():
+            prefix = f"layers.{layer}."
+            if prefix + "kept" not in names or prefix + "novice_ids" not in names:
+                raise HFModelError(f"{SIDECAR} lacks the stored experts of layer {layer}; re-save the checkpoint.")
+            kept = sidecar.get_tensor(prefix + "kept").to(torch.int64)
+            novices = sidecar.get_slice(prefix + "novice_ids").get_shape()[0]
+            if kept.numel() != int(count):
+                raise HFModelError(
+                    f"Layer {layer}: config.json says {count} experts are stored, {SIDECAR} lists {kept.numel()}; "
+                    "the checkpoint is damaged. Re-save it."
+                )
+            layout[str(modules[layer])] = (kept, kept.numel() + int(novices))
+    return layout
 
 
 def _child_name(info: object) -> str:

@@ -7,6 +7,11 @@ asking for remote code (``auto_map``) are refused, and weights are read from saf
 :mod:`mlcore.hf.inputs` checks the config, the tensors' dtypes and the tokenizer. Models load in
 the checkpoint's own dtype (bfloat16 stays bfloat16) unless asked otherwise. The edits a stock
 config cannot hold come back from the sidecar (:mod:`mlcore.hf.checkpoint`).
+
+A compact MoNE checkpoint (its novices' weights not stored) loads through the family's own class
+with room for the stored experts only (``from_pretrained`` fills [K, ...] tensors through the
+family's own checkpoint conversion), and each experts tensor is then widened back to E rows, zeros
+for the novices: the model in memory is the one the platform evaluated, full size.
 """
 
 from __future__ import annotations
@@ -21,13 +26,17 @@ from mlcore.hf.adapter import adapt
 from mlcore.hf.architectures import HFModelError, arch_spec
 from mlcore.hf.checkpoint import (
     BASE_TYPE_FIELD,
+    MODULES_FIELD,
     SIDECAR_MODEL_TYPE,
+    STORED_FIELD,
     apply_sidecar,
     base_model_type,
+    stored_layout,
     weight_files,
 )
 from mlcore.hf.families import EXPERT_COUNT_FIELDS, expert_count
 from mlcore.hf.inputs import check_config, check_tokenizer, check_weight_dtypes, checkpoint_dtype
+from mlcore.hf.novices import allocate_stored, expand_stored
 from mlcore.uploads import PICKLE_SUFFIXES, safetensors_header
 
 
@@ -75,7 +84,7 @@ def checked_config(path: Path, *, need_tokenizer: bool = False) -> Any:
     if raw.get("model_type") == SIDECAR_MODEL_TYPE:
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-        marks = ("model_type", BASE_TYPE_FIELD, "moelab_note", "auto_map", "moelab_experts_modules", "architectures")
+        marks = ("model_type", BASE_TYPE_FIELD, "moelab_note", "auto_map", MODULES_FIELD, STORED_FIELD, "architectures")
         unmarked = {k: _decoded(v) for k, v in raw.items() if k not in marks}
         config = CONFIG_MAPPING[model_type].from_dict(unmarked)
     else:
@@ -133,7 +142,9 @@ def load_model(
 
     config = checked_config(path, need_tokenizer=need_tokenizer)
     dtype = load_dtype(path, dtype)
-    model, info = AutoModelForCausalLM.from_pretrained(
+    layout = stored_layout(path)
+    loader = _with_stored_experts(config, layout) if layout else AutoModelForCausalLM
+    model, info = loader.from_pretrained(
         path,
         config=config,
         dtype=dtype,
@@ -150,6 +161,29 @@ def load_model(
             f"The checkpoint lacks {len(missing)} tensor(s) its config.json needs ({', '.join(missing[:3])}); "
             "it is incomplete or belongs to another configuration. Re-save the whole model with save_pretrained."
         )
+    if layout:
+        model.__class__ = loader.__bases__[0]
+        for name, (kept, count) in layout.items():
+            expand_stored(model.get_submodule(name), kept, count)
     model.to(device).eval()
     apply_sidecar(adapt(model), path)
     return model
+
+
+def _with_stored_experts(config: Any, layout: dict[str, tuple[torch.Tensor, int]]) -> Any:
+    """The family's causal-LM class for ``config``, built with room for the stored experts only
+    (``layout``: experts module → (stored ids, E)), so that ``from_pretrained`` loads a compact
+    checkpoint through the family's own conversion. The subclass keeps the family's name and module:
+    transformers applies a family's checkpoint conversion only to its own classes. ``load_model``
+    gives the model back its own class once loaded."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    base = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+
+    def __init__(self: Any, config: Any, *args: Any, **kwargs: Any) -> None:
+        base.__init__(self, config, *args, **kwargs)
+        for name, (kept, _) in layout.items():
+            allocate_stored(self.get_submodule(name), kept.numel())
+
+    namespace = {"__init__": __init__, "__module__": base.__module__, "__qualname__": base.__qualname__}
+    return type(base.__name__, (base,), namespace)

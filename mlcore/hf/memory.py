@@ -63,6 +63,7 @@ def memory_needs(path: Path, *, load_bytes: int, activations: int, working: int,
             outside += nbytes
         else:
             per_layer[int(match[1])] += nbytes
+    _widen_compact_layers(path, per_layer)
     largest = max(per_layer.values(), default=0)
     return MemoryNeeds(
         whole=(outside + sum(per_layer.values())) * whole_copies + working + RUNTIME_BYTES,
@@ -71,6 +72,21 @@ def memory_needs(path: Path, *, load_bytes: int, activations: int, working: int,
         outside=outside,
         largest_layer=largest,
     )
+
+
+def _widen_compact_layers(path: Path, per_layer: dict[int, int]) -> None:
+    """A compact MoNE checkpoint stores K of a layer's E experts and loads them widened back to E:
+    count such a layer at E / K times its stored bytes (its non-expert weights too, an overcount)."""
+    import json
+
+    from mlcore.hf.checkpoint import STORED_FIELD
+    from mlcore.hf.families import EXPERT_COUNT_FIELDS
+
+    raw = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    total = next((raw[f] for f in EXPERT_COUNT_FIELDS if isinstance(raw.get(f), int) and raw[f] > 0), None)
+    for layer, kept in (raw.get(STORED_FIELD) or {}).items():
+        if total and isinstance(kept, int) and 0 < kept < total:
+            per_layer[int(layer)] = per_layer[int(layer)] * total // kept
 
 
 def available_bytes(device: Any = "cpu") -> int:

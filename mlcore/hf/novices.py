@@ -7,8 +7,19 @@ GPT-OSS experts have biases, so a novice fits the stock weights exactly: zero we
 ``gate_up_proj_bias`` give a zero GLU, and the down projection then returns its bias c_e. The
 other architectures' experts are bias-free SwiGLU MLPs (silu(0) = 0 gives 0, never c_e), so their
 experts module gets a forward that adds the novice term, and the vectors go to the adapter's
-sidecar file; their weights are zeroed so that a stock load without the sidecar is recognisably
-an expert that outputs 0 rather than the old expert.
+sidecar file. In memory a novice's weights are zeroed (it still receives its tokens, under gate 0).
+
+A novice's weights are dead: a checkpoint never stores them (the *compact* layout of
+:mod:`mlcore.hf.checkpoint`). An experts module with novices serialises as its kept experts only:
+a state-dict hook replaces every stacked tensor [E, ...] by its rows for the kept experts, in
+ascending expert order ([K, ...], slot j = the j-th kept expert), so ``save_pretrained`` and a layer
+written on its own (:mod:`mlcore.compress.streamed`) hold K experts in the family's own layout; a
+load-state-dict hook turns such a [K, ...] tensor back into [E, ...] with zero rows for the
+novices (GPT-OSS: ``down_proj_bias`` rows = c_e), so a layer read on its own
+(:mod:`mlcore.hf.layerwise`) gets its full shapes. In memory the module keeps all E experts (the
+adapter's contract: stacked [E, ...] tensors beside an [E, H] router). A checkpoint written before
+the compact layout stores all E (zeroed) experts; its layers are read in that layout
+(``FULL_LAYOUT``) while they are still on the meta device.
 """
 
 from __future__ import annotations
@@ -21,6 +32,12 @@ from torch import Tensor, nn
 
 NOVICE_MASK = "moelab_novice_mask"
 NOVICE_VECTORS = "moelab_novice_vectors"
+#: Set on an experts module whose novices come from a checkpoint in the full layout (written before
+#: the compact one): its meta-device weights (a model streamed layer by layer) are read as [E, ...].
+FULL_LAYOUT = "moelab_full_layout"
+#: Whether the novices' outputs live in the experts' own ``down_proj_bias`` (GPT-OSS).
+NATIVE = "moelab_native_novices"
+_HOOKED = "moelab_compact_hooks"
 #: The per-expert tensors of a fused experts module (biases: GPT-OSS only), first dimension E.
 EXPERT_TENSORS = ("gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias")
 
@@ -65,14 +82,96 @@ def set_novices(experts: nn.Module, vectors: dict[int, Tensor], *, native: bool)
                 bias[expert] = vector.to(bias.device, bias.dtype)
     setattr(experts, NOVICE_MASK, mask)
     setattr(experts, NOVICE_VECTORS, table)
+    setattr(experts, NATIVE, native)
+    if not experts.__dict__.get(_HOOKED, False):
+        # Module-level functions reading the module's own attributes: a deep copy carries them and
+        # they do nothing once the novices are cleared.
+        experts.register_state_dict_post_hook(_kept_rows)
+        experts.register_load_state_dict_pre_hook(_all_rows)
+        setattr(experts, _HOOKED, True)
     if not native and "forward" not in experts.__dict__:
         experts.forward = types.MethodType(_forward_with_novices, experts)
 
 
 def clear_novices(experts: nn.Module) -> None:
     """Forget the novices (their experts' weights stay zeroed): for an export that deletes them."""
-    for attr in (NOVICE_MASK, NOVICE_VECTORS, "forward"):
+    for attr in (NOVICE_MASK, NOVICE_VECTORS, NATIVE, FULL_LAYOUT, "forward"):
         experts.__dict__.pop(attr, None)
+
+
+def stored_experts(experts: nn.Module) -> Tensor | None:
+    """The experts a checkpoint of ``experts`` stores, in slot order (ascending ids): every expert
+    but the novices. ``None`` when that is all of them: no novices, or weights still on the meta
+    device that are read from a checkpoint in the full layout (``FULL_LAYOUT``)."""
+    state = novice_state(experts)
+    if state is None or not bool(state[0].any()):
+        return None
+    if experts.__dict__.get(FULL_LAYOUT, False) and any(p.is_meta for p in experts.parameters(recurse=False)):
+        return None
+    return (~state[0]).nonzero().flatten().cpu()
+
+
+def _stacked(experts: nn.Module, count: int) -> list[str]:
+    """The names of the module's own tensors stacked over its ``count`` experts."""
+    return [name for name, p in experts.named_parameters(recurse=False) if p.dim() >= 1 and p.shape[0] == count]
+
+
+def _kept_rows(module: nn.Module, state_dict: dict[str, Tensor], prefix: str, _metadata: Any) -> None:
+    """State-dict post-hook: each stacked tensor [E, ...] becomes its kept experts' rows [K, ...]."""
+    kept = stored_experts(module)
+    if kept is None:
+        return
+    with torch.no_grad():
+        for name in _stacked(module, getattr(module, NOVICE_MASK).numel()):
+            key = prefix + name
+            if key in state_dict:
+                tensor = state_dict[key]
+                state_dict[key] = tensor.detach().index_select(0, kept.to(tensor.device))
+
+
+def _all_rows(module: nn.Module, state_dict: dict[str, Tensor], prefix: str, *_: Any) -> None:
+    """Load-state-dict pre-hook: a stored tensor [K, ...] becomes [E, ...] with the novices' rows
+    as :func:`set_novices` leaves them (zeros; GPT-OSS's ``down_proj_bias`` rows are c_e). A tensor
+    that already has E rows (the full layout) is loaded as it is."""
+    kept = stored_experts(module)
+    if kept is None:
+        return
+    mask, table = novice_state(module)  # type: ignore[misc]
+    with torch.no_grad():
+        for name in _stacked(module, mask.numel()):
+            tensor = state_dict.get(prefix + name)
+            if tensor is None or tensor.shape[0] != kept.numel():
+                continue
+            state_dict[prefix + name] = expand_rows(tensor, kept, mask.numel())
+            if name == "down_proj_bias" and module.__dict__.get(NATIVE, False):
+                rows = mask.nonzero().flatten()
+                state_dict[prefix + name][rows.to(tensor.device)] = table[rows].to(tensor.device, tensor.dtype)
+
+
+def expand_rows(tensor: Tensor, kept: Tensor, count: int) -> Tensor:
+    """[K, ...] rows of the ``kept`` experts → [count, ...] with zero rows for the others."""
+    full = tensor.new_zeros((count, *tensor.shape[1:]))
+    full[kept.to(tensor.device)] = tensor
+    return full
+
+
+def allocate_stored(experts: nn.Module, count: int) -> None:
+    """Make every stacked tensor of ``experts`` an empty [count, ...] (on its device, in its dtype),
+    for ``from_pretrained`` to fill from a compact checkpoint; :func:`expand_stored` restores E."""
+    total = next(experts.parameters(recurse=False)).shape[0]
+    for name in _stacked(experts, total):
+        old = getattr(experts, name)
+        shape = (count, *old.shape[1:])
+        setattr(experts, name, nn.Parameter(torch.empty(shape, dtype=old.dtype, device=old.device), old.requires_grad))
+
+
+def expand_stored(experts: nn.Module, kept: Tensor, count: int) -> None:
+    """The [K, ...] tensors :func:`allocate_stored` made and a load filled, back to [count, ...]
+    with zero rows for the experts not stored, one tensor at a time."""
+    with torch.no_grad():
+        for name in _stacked(experts, kept.numel()):
+            old = getattr(experts, name)
+            setattr(experts, name, nn.Parameter(expand_rows(old.data, kept, count), old.requires_grad))
 
 
 def slice_novices(experts: nn.Module, keep: Tensor) -> None:

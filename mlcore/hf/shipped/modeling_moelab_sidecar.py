@@ -8,6 +8,13 @@ library ships, so a plain load fails loudly instead of computing a different mod
 
     y = Σ_{e ∈ top-k(x)} g_e(x) · F_e(x),   F_e = E_e for kept experts, the constant c_e for novices.
 
+The novices' weights are not in the checkpoint: in each layer listed in the config's
+``moelab_stored_experts`` (decoder layer → K), the experts module stores only its K kept experts,
+slot j holding expert ``kept[j]`` of the sidecar. The model is built with those K experts only
+(nothing is allocated for the novices, so memory is the kept experts'); the router keeps its E
+rows. At run time each top-k choice is sent to its expert's slot, and a novice's to slot 0 with
+gate 0 (it adds nothing) while g_e · c_e is added. A layer without ``kept`` stores all E experts.
+
 It imports only torch, safetensors and transformers (never MoE Lab).
 """
 
@@ -25,6 +32,8 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 BASE_MODEL_TYPE = "mixtral"
 MODEL_TYPE = "moelab-sidecar"
 SIDECAR = "moelab_experts.safetensors"
+#: Attributes in which experts modules cache their expert count (views, one-hots, grouped matmuls).
+COUNT_ATTRS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts", "n_experts")
 
 _BaseConfig = CONFIG_MAPPING[BASE_MODEL_TYPE]
 _BaseModel = MODEL_FOR_CAUSAL_LM_MAPPING[_BaseConfig]
@@ -36,6 +45,10 @@ class MoELabSidecarConfig(_BaseConfig):
 
 class MoELabSidecarForCausalLM(_BaseModel):
     config_class = MoELabSidecarConfig
+
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        allocate_stored_experts(self, config)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -52,6 +65,22 @@ class MoELabSidecarForCausalLM(_BaseModel):
 _mapping = get_checkpoint_conversion_mapping(BASE_MODEL_TYPE)
 if _mapping is not None:
     register_checkpoint_conversion_mapping(MODEL_TYPE, _mapping, overwrite=True)
+
+
+def allocate_stored_experts(model: Any, config: Any) -> None:
+    """Shrink every stacked expert tensor [E, ...] of a compact layer to [K, ...] before the weights
+    load (on the meta device inside ``from_pretrained``: nothing is allocated for the novices)."""
+    modules = getattr(config, "moelab_experts_modules", None) or {}
+    for layer, count in (getattr(config, "moelab_stored_experts", None) or {}).items():
+        experts = model.get_submodule(modules[layer])
+        total = next(experts.parameters(recurse=False)).shape[0]
+        for name, param in list(experts.named_parameters(recurse=False)):
+            if param.shape[0] == total:
+                empty = torch.empty((int(count), *param.shape[1:]), dtype=param.dtype, device=param.device)
+                setattr(experts, name, torch.nn.Parameter(empty, requires_grad=param.requires_grad))
+        for attr in COUNT_ATTRS:
+            if getattr(experts, attr, None) == total and not isinstance(getattr(experts, attr), bool):
+                setattr(experts, attr, int(count))
 
 
 def apply_novices(model: Any, location: str) -> None:
@@ -74,18 +103,46 @@ def apply_novices(model: Any, location: str) -> None:
             experts = model.get_submodule(module_name)
             ids = sidecar.get_tensor(prefix + "novice_ids")
             vectors = sidecar.get_tensor(prefix + "novice_vectors")
-            weight = experts.down_proj
-            mask = torch.zeros(weight.shape[0], dtype=torch.bool, device=weight.device)
-            table = torch.zeros(weight.shape[0], vectors.shape[-1], dtype=weight.dtype, device=weight.device)
+            weight = next(experts.parameters(recurse=False))
+            stored = weight.shape[0]
+            if prefix + "kept" in names:
+                kept = sidecar.get_tensor(prefix + "kept").to(torch.long)
+                if kept.numel() != stored:
+                    raise ValueError(f"{location}: layer {layer} stores {stored} experts, its sidecar {len(kept)}.")
+                total = stored + ids.numel()
+                slots = torch.zeros(total, dtype=torch.long)
+                slots[kept] = torch.arange(stored)
+            else:
+                total = stored
+                slots = torch.arange(total)
+            mask = torch.zeros(total, dtype=torch.bool)
+            table = torch.zeros(total, vectors.shape[-1], dtype=weight.dtype)
             mask[ids] = True
-            table[ids] = vectors.to(table.device, table.dtype)
-            experts.moelab_novice_mask, experts.moelab_novice_vectors = mask, table
+            table[ids] = vectors.to(table.dtype)
+            experts.moelab_novice_slots = slots.to(weight.device)
+            experts.moelab_novice_mask = mask.to(weight.device)
+            experts.moelab_novice_vectors = table.to(weight.device)
             experts.forward = types.MethodType(_forward_with_novices, experts)
 
 
-def _forward_with_novices(self: Any, hidden: Any, top_k_index: Any, top_k_weights: Any, *args: Any) -> Any:
-    novice = self.moelab_novice_mask.to(top_k_index.device)[top_k_index]
-    vectors = self.moelab_novice_vectors.to(hidden.device)[top_k_index]
-    routed = type(self).forward(self, hidden, top_k_index, top_k_weights.masked_fill(novice, 0.0), *args)
-    constant = (top_k_weights.masked_fill(~novice, 0.0).unsqueeze(-1) * vectors).sum(dim=1)
+def _forward_with_novices(self: Any, *args: Any, **kwargs: Any) -> Any:
+    hidden = _argument(args, kwargs, 0, ("hidden_states",))
+    index = _argument(args, kwargs, 1, ("top_k_index", "router_indices"))
+    weights = _argument(args, kwargs, 2, ("top_k_weights", "routing_weights"))
+    novice = self.moelab_novice_mask.to(index.device)[index]
+    slots = self.moelab_novice_slots.to(index.device)[index]
+    vectors = self.moelab_novice_vectors.to(hidden.device)[index]
+    routed = type(self).forward(self, hidden, slots, weights.masked_fill(novice, 0.0), *args[3:], **kwargs)
+    constant = (weights.masked_fill(~novice, 0.0).unsqueeze(-1) * vectors).sum(dim=1)
     return routed + constant.to(routed.dtype)
+
+
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, names: tuple[str, ...]) -> Any:
+    """An experts-module call's argument, positional or by any of its families' names (removed from
+    ``kwargs``, as it is passed again positionally)."""
+    if len(args) > position:
+        return args[position]
+    for name in names:
+        if name in kwargs:
+            return kwargs.pop(name)
+    raise TypeError(f"experts module called without {names[0]}")

@@ -1,6 +1,7 @@
 """A plan written layer by layer is the checkpoint the in-memory path saves: the same calibration
-statistics from the sequential pass, and the same logits after loading, for families whose novices,
-removal and masks live in different places."""
+statistics from the sequential pass, the same tensors in the files (the compact MoNE layout: kept
+experts only, in the family's own on-disk layout) and the same logits after loading, for families
+whose novices, removal and masks live in different places."""
 
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from mlcore.compress.methods import compressed_copy, make_plan
 from mlcore.compress.streamed import write_compressed
 from mlcore.hf import adapt, layer_by_layer, load_model
 from mlcore.hf.families import tiny_family_config
+from tests.mlcore.hf.conftest import file_tensors
 
 WINDOWS = torch.randint(3, 128, (8, 16), generator=torch.Generator().manual_seed(2))
 IDS = torch.randint(3, 128, (2, 12), generator=torch.Generator().manual_seed(1))
@@ -50,6 +52,17 @@ def test_a_plan_written_layer_by_layer_loads_with_the_in_memory_checkpoints_logi
         _, in_memory = compressed_copy(model, plan)
         in_memory.save(tmp_path / f"memory-{method}")
         write_compressed(source, plan, tmp_path / f"streamed-{method}")
+        written, saved_whole = (
+            file_tensors(tmp_path / f"streamed-{method}"),
+            file_tensors(tmp_path / f"memory-{method}"),
+        )
+        assert sorted(written) == sorted(saved_whole)
+        for name, tensor in saved_whole.items():
+            assert torch.equal(written[name], tensor), name
+        if method == "mone":
+            # Two novices per layer: only the six kept experts' weights are stored.
+            kept = [t for name, t in written.items() if name.endswith(".kept")]
+            assert kept and all(t.numel() == 6 for t in kept)
         torch.testing.assert_close(
             logits(tmp_path / f"streamed-{method}"), logits(tmp_path / f"memory-{method}"), rtol=0, atol=1e-6
         )

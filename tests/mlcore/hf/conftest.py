@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,3 +34,15 @@ def logits(model: Any, ids: torch.Tensor) -> torch.Tensor:
 @pytest.fixture
 def tiny() -> Callable[..., Any]:
     return build
+
+
+def file_tensors(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint's weight shards and sidecar, by name (sidecar names prefixed)."""
+    from safetensors.torch import load_file
+
+    from mlcore.hf.checkpoint import SIDECAR, weight_files
+
+    tensors = {name: t for file in weight_files(folder) for name, t in load_file(file).items()}
+    if (folder / SIDECAR).is_file():
+        tensors.update({f"sidecar:{name}": t for name, t in load_file(folder / SIDECAR).items()})
+    return tensors

@@ -3,8 +3,9 @@
 One model per family (hidden 32, 8 experts, top-2, 3 layers), checked against its own stock forward:
 hooks leave logits bit-identical, Σ gate × captured expert output is what the experts module
 returned, removal reloads in stock transformers with the same logits, novices and masks survive a
-save, and a layer-by-layer pass (per forward and sequential) routes like the full model. Families
-refused for a structural reason must be refused with exactly that reason.
+save (whose files hold no novice weights, and whose shipped code allocates none), and a
+layer-by-layer pass (per forward and sequential) routes like the full model. Families refused for
+a structural reason must be refused with exactly that reason.
 """
 
 from pathlib import Path
@@ -14,12 +15,16 @@ import pytest
 import torch
 from torch import Tensor
 
+from mlcore.compress.plan import CompressionPlan
+from mlcore.compress.streamed import write_compressed
 from mlcore.hf import HFModelError, adapt, layer_by_layer, load_model
+from mlcore.hf.checkpoint import MODULES_FIELD, stored_tensors
 from mlcore.hf.discovery import StructuralRefusal
 from mlcore.hf.families import MOE_FAMILIES, tiny_family_config
 from mlcore.hf.matrix import describe
 from mlcore.hf.sequential import run_sequentially
 from mlcore.hf.support import GAPS, REFUSED, family_row
+from tests.mlcore.hf.conftest import file_tensors
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "hf-support.md"
 
@@ -114,6 +119,8 @@ def test_every_adapter_operation_works_on_the_family(model_type: str, tmp_path: 
     # Novices (expert 3 of every MoE layer): the expert outputs its constant; the edit survives
     # save → load_model, and stock transformers computes the same (shipped code, or native biases).
     first = adapter.layers[0].index
+    model.save_pretrained(tmp_path / "original")
+    expert_three = sum(p[3].nbytes for info in adapter.layers for p in info.experts.parameters(recurse=False))
     vector = torch.linspace(-1, 1, adapter.layers[0].hidden)
     adapter.replace_with_novices({info.index: {3: vector} for info in adapter.layers})
     seen: list[Tensor] = []
@@ -128,14 +135,31 @@ def test_every_adapter_operation_works_on_the_family(model_type: str, tmp_path: 
     check_capture(model, ids)
     novice_dir = tmp_path / "novices"
     adapter.save(novice_dir)
+    # The compact layout: the files hold every tensor of the original but the novices' weights, and
+    # the streamed writer (one decoder layer at a time) writes the very same tensors.
+    stored = sum(t.nbytes for t in stored_tensors(novice_dir))
+    assert stored == sum(t.nbytes for t in stored_tensors(tmp_path / "original")) - expert_three
+    plan = CompressionPlan(
+        "mone",
+        keep={info.index: [e for e in range(8) if e != 3] for info in adapter.layers},
+        novices={info.index: {3: vector} for info in adapter.layers},
+    )
+    write_compressed(tmp_path / "original", plan, tmp_path / "streamed")
+    written, saved = file_tensors(tmp_path / "streamed"), file_tensors(novice_dir)
+    assert sorted(written) == sorted(saved)
+    assert all(torch.equal(written[name], tensor) for name, tensor in saved.items())
     # Within float32 rounding: a loaded model may run another experts implementation than from_config's.
     torch.testing.assert_close(run(load_model(novice_dir), ids), run(model, ids), rtol=0, atol=1e-5)
-    shipped = (novice_dir / "modeling_moelab_sidecar.py").is_file()
-    if shipped:
-        with pytest.raises(ValueError, match="custom code"):
-            AutoModelForCausalLM.from_pretrained(novice_dir)
-    stock_novices = AutoModelForCausalLM.from_pretrained(novice_dir, trust_remote_code=shipped, dtype=torch.float32)
+    # Every family ships the novice code (GPT-OSS too: its biases could hold c_e only with every expert stored).
+    assert (novice_dir / "modeling_moelab_sidecar.py").is_file()
+    with pytest.raises(ValueError, match="custom code"):
+        AutoModelForCausalLM.from_pretrained(novice_dir)
+    stock_novices = AutoModelForCausalLM.from_pretrained(novice_dir, trust_remote_code=True, dtype=torch.float32)
     torch.testing.assert_close(run(stock_novices.eval(), ids), run(model, ids), rtol=0, atol=1e-5)
+    # The shipped code never allocates the novices' weights: 7 experts per layer in memory.
+    modules = stock_novices.config.to_dict()[MODULES_FIELD].values()
+    for experts in map(stock_novices.get_submodule, modules):
+        assert {p.shape[0] for p in experts.parameters(recurse=False)} == {7}
 
     # The export with the novices deleted is another model, served as is by stock transformers.
     exported = adapter.save_without_novices(tmp_path / "export")

@@ -46,3 +46,20 @@ def test_carried_activations_count_every_residual_stream_and_the_indexers_top_k(
     _, needs = _needs(folder, tokens=1000, batch_tokens=0, whole_copies=1)
     _, plain = _needs(folder, tokens=0, batch_tokens=0, whole_copies=1)
     assert needs.layer_by_layer - plain.layer_by_layer == 1000 * per_token
+
+
+def test_a_compact_checkpoints_layers_count_at_the_size_they_load_widened_to(tmp_path: Path) -> None:
+    import json
+
+    folder = tmp_path / "compact"
+    folder.mkdir()
+    for path in ZOO_LM.glob("*.safetensors"):
+        (folder / path.name).symlink_to(path)
+    config = json.loads((ZOO_LM / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config))
+    full = memory_needs(folder, load_bytes=4, activations=0, working=0)
+    experts = config["num_local_experts"]
+    (folder / "config.json").write_text(json.dumps({**config, "moelab_stored_experts": {"1": experts // 4}}))
+    compact = memory_needs(folder, load_bytes=4, activations=0, working=0)
+    assert compact.largest_layer == 4 * full.largest_layer
+    assert compact.weights > full.weights
