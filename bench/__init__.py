@@ -9,6 +9,7 @@ BENCHMARKS: dict[str, str] = {
     "core": "bench.core",
     "compress": "bench.compress",
     "compress-seeds": "bench.compress_seeds",
+    "compress-reference": "bench.compress_reference",
     "analysis": "bench.analysis",
     "el": "bench.el",
     "distill": "bench.distill",

@@ -31,6 +31,7 @@ def test_an_unknown_benchmark_is_refused_with_the_known_names() -> None:
 CLAIM_STUDIES = (
     "compress",
     "compress-seeds",
+    "compress-reference",
     "analysis",
     "el",
     "distill",
