@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, str] = {
     "pointcloud": "bench.pointcloud",
     "pointcloud-encodings": "bench.pointcloud_encodings",
     "pointcloud-heldout": "bench.heldout_scenes.evaluate",
+    "pointcloud-attributes": "bench.pointcloud_attributes",
 }
 #: Benchmarks of the web platform: they need Django set up (``python -m bench`` does it before
 #: importing them) and a migrated database of their own, PostgreSQL and Redis, which

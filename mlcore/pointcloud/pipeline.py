@@ -5,6 +5,12 @@
   and scaled a little.
 - **Mixed batches** (the paper's largest single gain): every batch draws its samples from random
   datasets; the ablation draws each batch from one dataset only.
+- **Attribute augmentation** (``attribute_augment``, off unless asked for): each crop's colour and
+  intensity dropped, re-mapped as another sensor would report them, or synthesised where the scan
+  had none (:mod:`mlcore.pointcloud.augment`), so the model does not collapse without the
+  attribute it trained with.
+- **Heights** of training crops are measured from the crop's lowest point unless ``height="scan"``
+  (then from the scan's, as at inference); the recipes so far were trained with the former.
 - Loss: cross-entropy over the sample's dataset label set (logits of other classes masked, merged
   or unannotated points ignored) + α·balance loss (α = 0 by default, card "do this instead").
   Lovász is left out. AdamW, linear warm-up then cosine decay (OneCycle's shape), clip 1.0.
@@ -29,6 +35,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from mlcore.pointcloud import augment
 from mlcore.pointcloud.datasets import (
     FEATURES,
     IGNORE,
@@ -47,6 +54,9 @@ from mlcore.train import warmup_cosine
 
 FORMAT = "moelab-pointcloud-segmenter"
 GRIDS = {"indoor": 0.04, "outdoor": 0.1}
+#: ``TrainConfig.height`` choices, and the feature channel they set.
+HEIGHTS = ("crop", "scan")
+HEIGHT = FEATURES.index("height")
 
 
 @dataclass
@@ -56,6 +66,9 @@ class Sample:
     labels: np.ndarray  #: [n] int64 (IGNORE = −1)
     allowed: np.ndarray  #: [K] bool: the dataset's label set
     dataset: str
+    #: How far the crop's lowest point lies above the scan's (m). The height channel is measured from
+    #: the crop's lowest point; ``TrainConfig.height == "scan"`` adds this to it.
+    rise: float = 0.0
 
 
 def prepare(
@@ -92,7 +105,8 @@ def prepare(
     allowed[list(spec.class_ids)] = True
     where = np.full(len(keep), -1, np.int64)
     where[rows] = np.arange(len(rows))
-    return Sample(coord, feat, scan.labels[sel].astype(np.int64), allowed, spec.name), where[inverse]
+    rise = float(scan.xyz[sel, 2].min() - scan.xyz[:, 2].min()) if len(sel) else 0.0
+    return Sample(coord, feat, scan.labels[sel].astype(np.int64), allowed, spec.name, rise), where[inverse]
 
 
 def domain_index(name: str, domains: Sequence[str]) -> int:
@@ -142,6 +156,15 @@ class TrainConfig:
     seed: int = 0
     eval_every: int = 0
     eval_scenes: int = 3  #: validation scans per dataset for the evaluations during training
+    #: Attribute augmentation (:data:`mlcore.pointcloud.augment.PRESETS`: "off", "robust" or
+    #: "balanced"). None is the caller's default: off here, so the zoo recipes and the benchmark
+    #: caches reproduce; "balanced" for a user's scans (:func:`~mlcore.pointcloud.user_train.replace_datasets`).
+    attribute_augment: str | None = None
+    #: What the height channel of a training crop is measured from: "crop" (its lowest point, as every
+    #: recipe so far was trained) or "scan" (the scan's lowest point: what ``segment_cloud`` and every
+    #: evaluation compute, so a crop of ceiling is not a floor at height 0). None is the caller's
+    #: default: "crop" here, so recipes and caches reproduce; "scan" for a user's scans.
+    height: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -214,6 +237,10 @@ def train(
     cleanly and the next call resumes it."""
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
+    attributes = augment.preset(cfg.attribute_augment or "off")
+    height = cfg.height or "crop"
+    if height not in HEIGHTS:
+        raise ValueError(f"height must be one of {', '.join(HEIGHTS)}, got {height!r}")
     pool = pool or ScanPool(cfg.datasets, cfg.scenes)
     val = (
         {name: [make_scan(name, i, "val") for i in range(cfg.eval_scenes)] for name in cfg.datasets}
@@ -248,9 +275,13 @@ def train(
             names = [cfg.datasets[i] for i in rng.integers(len(cfg.datasets), size=cfg.batch_size)]
         else:
             names = [cfg.datasets[step % len(cfg.datasets)]] * cfg.batch_size
-        points, labels, allowed = collate(
-            [pool.draw(n, rng, cfg.points) for n in names], device, domains=model.cfg.domains
-        )
+        samples = [pool.draw(n, rng, cfg.points) for n in names]
+        for sample in samples:
+            if height == "scan":
+                sample.feat[:, HEIGHT] += sample.rise
+            if attributes is not None:
+                sample.feat = augment.augment_features(sample.feat, sample.coord, rng, attributes)
+        points, labels, allowed = collate(samples, device, domains=model.cfg.domains)
         logits = model(points)
         loss = segmentation_loss(logits, labels, allowed)
         balance = model.balance_loss() if model.cfg.is_moe else torch.zeros((), device=logits.device)

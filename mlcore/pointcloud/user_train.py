@@ -8,6 +8,16 @@ optionally mixed with SynMix, and measure per-class IoU on the held-out scans.
   under the name :data:`USER` (grid-sampled at the user's voxel size, sphere-cropped, rotated about
   z, flipped and scaled as SynMix crops are); the loss of a user crop is restricted to the user's
   classes, that of a SynMix crop to its dataset's. Mixed, half of the crops are the user's.
+- **Attribute augmentation is on by default** (:data:`USER_ATTRIBUTE_AUGMENT`, the "balanced"
+  preset of :mod:`mlcore.pointcloud.augment`): the scans a user segments later rarely come from the
+  scanner and exporter of the training scans (colour missing, intensity at another bit depth or
+  gain, a colour cast), and a model that collapses without the attribute it trained with fails
+  silently there. It drops attributes from fewer crops than the zoo's "robust" preset, because a
+  user's classes may differ only by an attribute (road markings on asphalt) and every dropped crop
+  is one they cannot be learnt from: bench/results/pointcloud-attributes.md measures both sides.
+- **Heights** of training crops are measured from the scan's lowest point, as at inference: a
+  user's crops are small against a whole scan, and measured from the crop's own lowest point a
+  crop of ceiling looks like floor.
 - **Evaluation** predicts whole held-out scans (in chunks of at most ``chunk`` voxels along x, so
   memory stays bounded), carries each voxel's label to its points and counts IoU per class over all
   held-out points.
@@ -34,6 +44,8 @@ from mlcore.pointcloud.sensors import Scan
 from mlcore.pointcloud.user_scans import LabelledScan
 
 USER = "user"
+#: The attribute augmentation a user's training run gets when its TrainConfig leaves it unset.
+USER_ATTRIBUTE_AUGMENT = "balanced"
 #: Voxels per model call when predicting a held-out scan.
 EVAL_CHUNK = 150_000
 
@@ -200,15 +212,20 @@ def save_user_segmenter(
     codes: Sequence[int] = (),
     attributes: Sequence[str] = (),
     synmix: Sequence[str] = (),
+    attribute_augment: str | None = None,
 ) -> Path:
     """The segmenter folder of :func:`~mlcore.pointcloud.pipeline.save_segmenter`, with this run's
     classes as its labels, the user's voxel size as its grid and the ``user`` block that
     ``pointcloud-segment`` reads (:mod:`mlcore.pointcloud.segmenter_classes`): the user's classes
     under the model's names, the id the user's files gave each (``codes``, in the order of
-    ``space.user``), the attributes the training scans held and the SynMix datasets mixed in."""
+    ``space.user``), the attributes the training scans held and the SynMix datasets mixed in.
+    ``attribute_augment``: the run's ``TrainConfig.attribute_augment``, kept in the card so
+    :func:`~mlcore.pointcloud.augment.robust_attributes` can tell what the model does without."""
     if model.cfg.num_classes != len(space.names):
         raise ValueError(f"a head of {model.cfg.num_classes} classes for {len(space.names)} class names")
     own = [space.names[i] for i in space.user]
+    if attribute_augment is not None:
+        card = {**card, "attribute_augment": attribute_augment}
     save_segmenter(model, folder, card=card)
     config = json.loads((folder / "config.json").read_text())
     config["labels"] = list(space.names)
@@ -221,5 +238,9 @@ def save_user_segmenter(
 
 def replace_datasets(cfg: Any, names: tuple[str, ...]) -> Any:
     """``cfg`` (a :class:`~mlcore.pointcloud.pipeline.TrainConfig`) drawing from ``names``, with the
-    pipeline's SynMix evaluation off (the job evaluates the user's held-out scans itself)."""
-    return dataclasses.replace(cfg, datasets=names, eval_every=0)
+    pipeline's SynMix evaluation off (the job evaluates the user's held-out scans itself), attribute
+    augmentation :data:`USER_ATTRIBUTE_AUGMENT` and heights above the scan's lowest point (as
+    :func:`predict` and ``pointcloud-segment`` measure them) unless ``cfg`` names others."""
+    augment = cfg.attribute_augment if cfg.attribute_augment is not None else USER_ATTRIBUTE_AUGMENT
+    height = cfg.height if cfg.height is not None else "scan"
+    return dataclasses.replace(cfg, datasets=names, eval_every=0, attribute_augment=augment, height=height)

@@ -168,6 +168,7 @@ def run_on_user_scans(params: dict[str, Any], root: Path, ctx: JobContext) -> di
         codes=scan_set.class_codes,
         attributes=attributes,
         synmix=synmix,
+        attribute_augment=cfg.attribute_augment,
     )
     ctx.artifact("segmenter", folder)
     ctx.register("pointcloud-segmenter", folder, card)
