@@ -25,7 +25,9 @@ def _from_zoo(config: str, seed: int, tier: Tier) -> dict[str, Any] | None:
         return None
     recipe = RECIPES[name]
     expected = {"steps": tier.steps, "batch_size": tier.batch_size, "points": tier.points, "scenes": tier.scenes}
-    if any(recipe.train.get(k) != v for k, v in expected.items()) or recipe.model != {**MODELS[config]}:
+    # A recipe trained another way (scan heights, attribute augmentation) is not the tier's configuration.
+    other = {k: v for k, v in recipe.train.items() if k not in (*expected, "datasets", "lr", "seed")}
+    if any(recipe.train.get(k) != v for k, v in expected.items()) or recipe.model != {**MODELS[config]} or other:
         return None
     path = CHECKPOINTS / name / "config.json"
     if not path.is_file():

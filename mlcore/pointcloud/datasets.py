@@ -135,9 +135,26 @@ def make_scan(spec: DatasetSpec | str, index: int, split: str = "train") -> sens
     return scan
 
 
-def point_features(xyz: np.ndarray, rgb: np.ndarray | None, intensity: np.ndarray | None) -> np.ndarray:
-    """[N, len(FEATURES)] float32: colour, intensity and height; missing channels are zeros (as in
-    Pointcept's multi-dataset loaders), so the router can tell sensors apart only from the data."""
+#: The share of a scan's points that may lie under its ground before they lift it (``ground_level``).
+BELOW_GROUND = 0.005
+
+
+def ground_level(z: np.ndarray, how: str = "lowest") -> float:
+    """Where the height channel starts: the lowest point, or ("robust") the 0.5th percentile of the
+    heights, so that outliers under the ground (a lidar's multipath echoes, a depth camera's flying
+    pixels) get small negative heights instead of lifting the whole scan. On scans without such
+    outliers the two differ by the sensor's noise."""
+    if not len(z):
+        return 0.0
+    return float(np.quantile(z, BELOW_GROUND)) if how == "robust" else float(z.min())
+
+
+def point_features(
+    xyz: np.ndarray, rgb: np.ndarray | None, intensity: np.ndarray | None, *, ground: float | None = None
+) -> np.ndarray:
+    """[N, len(FEATURES)] float32: colour, intensity and height above ``ground`` (default: the
+    lowest point); missing channels are zeros (as in Pointcept's multi-dataset loaders), so the
+    router can tell sensors apart only from the data."""
     n = len(xyz)
     feats = np.zeros((n, len(FEATURES)), np.float32)
     if rgb is not None:
@@ -145,7 +162,7 @@ def point_features(xyz: np.ndarray, rgb: np.ndarray | None, intensity: np.ndarra
     if intensity is not None:
         feats[:, 3] = intensity
     if n:
-        feats[:, 4] = xyz[:, 2] - xyz[:, 2].min()
+        feats[:, 4] = xyz[:, 2] - (xyz[:, 2].min() if ground is None else ground)
     return feats
 
 

@@ -84,6 +84,8 @@ from mlcore.moe import MoELayer, Routing, switch_load_balance_loss
 
 MAX_GRID = 2**16  # voxel coordinates per axis that fit the 48-bit Morton code below
 PATCH_LAYOUTS = ("rank", "local")
+#: ``PTv3Config.ground`` choices.
+GROUNDS = ("lowest", "robust")
 #: log2 of the local layout's root cubes in stage-0 voxels (1024 = 102 m outdoors, 41 m indoors); at
 #: stage s the roots are 2^(10−s) of that stage's voxels, the same cubes. Windows of a tiled scan are
 #: anchored at multiples of this (:data:`mlcore.pointcloud.segment.WINDOW_ALIGN_VOXELS`), so they
@@ -186,6 +188,11 @@ class PTv3Config:
     #: tokens of a sample) or "local" (octree cells of at most ``patch`` tokens, see the module
     #: docstring). Configurations saved before the field existed are "rank".
     patch_layout: str = "rank"
+    #: Where a scan's height channel starts when it is segmented: "lowest" (its lowest point) or
+    #: "robust" (:func:`mlcore.pointcloud.datasets.ground_level`: a low percentile, so a few points
+    #: under the ground, multipath echoes or noise as real scanners return, do not lift every other
+    #: point). Configurations saved before the field existed are "lowest".
+    ground: str = "lowest"
 
     def __post_init__(self) -> None:
         if len(self.depths) != len(self.channels) or len(self.dec_depths) != len(self.channels) - 1:
@@ -200,6 +207,8 @@ class PTv3Config:
             raise ValueError(f"block_norm must be layer|batch, got {self.block_norm!r}")
         if self.domains and self.block_norm != "layer":
             raise ValueError("per-dataset norms (domains) need block_norm='layer'")
+        if self.ground not in GROUNDS:
+            raise ValueError(f"ground must be {'|'.join(GROUNDS)}, got {self.ground!r}")
         if self.patch_layout not in PATCH_LAYOUTS:
             raise ValueError(f"patch_layout must be rank|local, got {self.patch_layout!r}")
 

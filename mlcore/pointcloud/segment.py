@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from mlcore.heap import HeapTrimmer
-from mlcore.pointcloud.datasets import point_features
+from mlcore.pointcloud.datasets import ground_level, point_features
 from mlcore.pointcloud.ptv3 import LOCAL_ROOT_BITS, PointBatch, PTv3, restrict_logits
 
 #: Scans whose xy extent stays below this (metres) are treated as indoor (0.04 m grid), else outdoor.
@@ -124,7 +124,7 @@ def segment_cloud(
     ``overlap`` defaults to :data:`OVERLAP_VOXELS` voxels of context. ``on_chunk(done_voxels, total_voxels)`` reports
     progress (and may raise to cancel).
 
-    Tiles see what the untiled run sees: features (height above the scan's lowest point, colour,
+    Tiles see what the untiled run sees: features (height above the scan's ground, colour,
     intensity) are computed once for the whole scan, and each window's voxel coordinates are the
     scan's own, shifted by a multiple of :data:`WINDOW_ALIGN_VOXELS`, so only the context beyond a
     tile's margin differs."""
@@ -138,7 +138,12 @@ def segment_cloud(
     keep, inverse, ticks = voxelise(xyz, grid)
     step = round(grid * TICKS_PER_M)
     vox = ticks[keep].astype(np.float64) / TICKS_PER_M  # metres from the scan's lowest corner
-    feats = point_features(vox, None if rgb is None else rgb[keep], None if intensity is None else intensity[keep])
+    feats = point_features(
+        vox,
+        None if rgb is None else rgb[keep],
+        None if intensity is None else intensity[keep],
+        ground=ground_level(vox[:, 2], model.cfg.ground),
+    )
     vox_ticks = ticks[keep]
     align = WINDOW_ALIGN_VOXELS * step
     t1 = time.perf_counter()

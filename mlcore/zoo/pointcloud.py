@@ -44,20 +44,25 @@ _TRAIN = {
     "scenes": 16,
     "lr": 3e-3,
     "seed": 0,
+    # Heights from the scan's lowest point, as segmentation measures them (not the crop's).
+    "height": "scan",
 }
+#: Both recipes cut patches locally (a tile labels like the whole scan) and start heights at a
+#: robust ground (points under the ground do not lift the scan).
+_SCAN = {"patch_layout": "local", "ground": "robust"}
 RECIPES: dict[str, SegmenterRecipe] = {
     r.name: r
     for r in (
         SegmenterRecipe(
             "pointmoe-synmix",
             "Point-MoE PTv3-lite (W_o → 4 gated-ReLU experts, top-2), SynMix A–D",
-            {"proj": "moe", "proj_ratio": 1.0, "experts": 4, "top_k": 2},
+            {"proj": "moe", "proj_ratio": 1.0, "experts": 4, "top_k": 2, **_SCAN},
             _TRAIN,
         ),
         SegmenterRecipe(
             "ptv3-synmix-dense",
             "Dense PTv3-lite twin (W_o → one gated MLP of width 2C: equal active compute), SynMix A–D",
-            {"proj": "dense", "proj_ratio": 2.0},
+            {"proj": "dense", "proj_ratio": 2.0, **_SCAN},
             _TRAIN,
         ),
     )

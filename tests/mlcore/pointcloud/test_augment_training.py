@@ -129,7 +129,7 @@ def test_the_user_segmenter_records_its_augmentation_for_pointcloud_segment(tmp_
     assert robust_attributes(json.loads((plain / "config.json").read_text())) is None
 
 
-def test_the_committed_zoo_segmenter_gives_the_numbers_recorded_before_augmentation_existed():
+def test_the_committed_zoo_segmenter_gives_the_numbers_its_encodings_benchmark_recorded():
     # bench/results/pointcloud-encodings.json: dataset A, validation scan 0, with colour and geometry only.
     recorded = json.loads((ROOT / "bench/results/pointcloud-encodings.json").read_text())["attributes"][0]
     torch.set_num_threads(1)
