@@ -141,9 +141,13 @@ def store_teacher_logits(
     temperature: float = 1.0,
     on_layer: Callable[[int, int], Any] | None = None,
     spill_dir: Path | None = None,
+    resume_dir: Path | None = None,
+    on_resume: Callable[[int, int], Any] | None = None,
 ) -> list[StoredLogits]:
     """Run every window of ``window_sets`` (``[N_i, L]`` each, one ``L``) through ``model`` in one
     sequential pass and store their float32 logits (divided by ``temperature``) at ``path``; one
+    ``resume_dir`` keeps the pass's progress after every layer (the logits are written after the
+    last one, so the pass has no other state), and a call after a killed one continues there. One
     :class:`StoredLogits` per set, in order. Batches never straddle two sets, so each set is
     batched as the whole-model path batches it."""
     from mlcore.hf.sequential import run_sequentially
@@ -172,7 +176,20 @@ def store_teacher_logits(
             file.seek(starts[b] * logits_bytes(1, seq_len, vocab[0]))
             file.write(memoryview(logits.numpy()))
 
-        run_sequentially(model, batches, on_layer=on_layer, on_output=on_output, spill_dir=spill_dir)
+        checkpoint = None
+        if resume_dir is not None:
+            from mlcore.hf.sequential import PassCheckpoint, batches_key
+
+            checkpoint = PassCheckpoint(
+                resume_dir,
+                batches_key(model, batches),
+                save_state=lambda path: None,
+                load_state=lambda path: None,
+                on_resume=on_resume,
+            )
+        run_sequentially(
+            model, batches, on_layer=on_layer, on_output=on_output, spill_dir=spill_dir, checkpoint=checkpoint
+        )
     return [
         StoredLogits(path, windows, first=first, rows=rows, vocab=vocab[0])
         for windows, first in zip(window_sets, firsts, strict=True)

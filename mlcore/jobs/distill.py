@@ -383,6 +383,12 @@ def _stored_logits(
             temperature=params["teacher_temperature"],
             on_layer=_counting(ctx, reading),
             spill_dir=scratch,
+            # A big teacher's pass is long: a killed attempt's re-run continues from its last finished layer.
+            resume_dir=None if ctx.resume_dir is None else ctx.resume_dir / "teacher-pass",
+            on_resume=lambda done, total: ctx.log(
+                f"the teacher's pass continues from decoder layer {done + 1} of {total}: an earlier attempt "
+                "finished the rest"
+            ),
         )
         # A streamed model's decoder layers sit on the meta device: their shapes still count.
         name, parameters = type(model).__name__, parameter_count(model)

@@ -181,3 +181,31 @@ def test_the_plan_streams_the_teacher_when_the_worker_cannot_hold_it_whole():
         plan_teacher_load(folder, "whole", available=between, **shape)
     with pytest.raises(HFModelError, match="Even layer by layer"):
         plan_teacher_load(folder, "auto", available=1 << 10, **shape)
+
+
+class _Killed(Exception):
+    """Stands in for the worker being killed after a committed layer."""
+
+
+def test_a_teacher_pass_killed_after_a_layer_resumes_there_with_the_same_logits(folder, windows, tmp_path):
+    whole = stored(folder, windows, tmp_path / "whole.f32")
+
+    def die(done: int, total: int) -> None:
+        if done == 1:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        stored(folder, windows, tmp_path / "resumed.f32", resume_dir=tmp_path / "resume", on_layer=die)
+    layers: list[int] = []
+    resumed = stored(
+        folder,
+        windows,
+        tmp_path / "resumed.f32",
+        resume_dir=tmp_path / "resume",
+        on_layer=lambda done, total: layers.append(done),
+        on_resume=lambda done, total: layers.append(-done),
+    )
+    assert layers[0] == -1 and 1 not in layers[1:], layers
+    for a, b in zip(whole, resumed, strict=True):
+        index = torch.arange(len(a.windows))
+        assert torch.equal(a(index), b(index))
