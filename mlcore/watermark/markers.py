@@ -22,6 +22,12 @@ chance (0.50 after 2,400 steps). The adapted convolution's bias is also a parame
 giving each adapter a shift Δb_{l,s} (the full perturbation is then W + B_s A_s, b + Δb_s) adds a
 content-independent component — cosine 0.12–0.46 at the same position — which the extractor learns
 within a few hundred steps. The route, the symbols and the hooks are unchanged.
+
+**MOLM as the paper builds it** is the same class with ``shift_scale`` ``None`` or ``0``: no shift
+parameters at all (a zero shift would be a trainable parameter that training turns back into a
+shift), so the perturbation is the routed LoRA term alone. :meth:`Markers.without_shift` turns
+trained shifted markers into that variant, keeping their adapters. The shift is forgeable: it is
+the same in every image, so the mean of a few marked images' residuals carries it.
 """
 
 from __future__ import annotations
@@ -105,7 +111,8 @@ class Markers(ModelMixin, ConfigMixin):
         self.up = nn.ParameterList()
         # Optional per-adapter bias shifts b_{l,s} (P, C_out): the adapted convolution's bias, b + Δb_s,
         # perturbed alongside its weight, W + B_s A_s. ``None`` (the default, and every checkpoint
-        # saved before) means no shift. See "Why a bias shift" in the module docstring.
+        # saved before) or 0 means no shift and no shift parameters. See "Why a bias shift" in the
+        # module docstring.
         self.shift = nn.ParameterList()
         bits = int(math.log2(num_adapters))
         # Symbol s's bits as ±1, most significant first: (P, log2 P).
@@ -126,7 +133,7 @@ class Markers(ModelMixin, ConfigMixin):
                 up = torch.randn(num_adapters, cout, rank) * init_scale / math.sqrt(rank)
             self.down.append(nn.Parameter(down))
             self.up.append(nn.Parameter(up.contiguous()))
-            if shift_scale is not None:
+            if shift_scale:
                 # The same ±-per-bit structure as ``bitwise_init``: flipping key bit j of this slot
                 # flips the sign of one content-independent shift direction E_j.
                 shift_dirs = torch.randn(bits, cout) * shift_scale / math.sqrt(bits)
@@ -145,6 +152,18 @@ class Markers(ModelMixin, ConfigMixin):
             rank=rank,
             **kwargs,
         )
+
+    @property
+    def has_shift(self) -> bool:
+        return len(self.shift) > 0
+
+    def without_shift(self) -> Markers:
+        """A copy with these adapters (A, B) and no bias shift: the routed LoRA perturbation alone."""
+        config = {k: v for k, v in self.config.items() if not k.startswith("_")}
+        copy = type(self)(**{**config, "shift_scale": 0.0})
+        adapters = {k: v for k, v in self.state_dict().items() if not k.startswith("shift.")}
+        copy.load_state_dict(adapters)
+        return copy.to(self.device)
 
     @property
     def bits_per_symbol(self) -> int:

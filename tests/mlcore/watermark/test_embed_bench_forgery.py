@@ -1,0 +1,45 @@
+"""bench.watermark_embed's averaging forgery and its markers folders, on a tiny random bundle."""
+
+import json
+
+import numpy as np
+
+from bench import watermark_embed as bench
+from tests.mlcore.watermark.tiny import write_bundle
+
+
+def _photos(n, seed, side=80):
+    rng = np.random.default_rng(seed)
+    # Smooth photos (a few gradients) rather than noise, so the residual is small against the content.
+    y, x = np.mgrid[0:side, 0:side] / side
+    return [
+        np.clip(np.stack([a * x + b * y + c for a, b, c in rng.uniform(0, 1, (3, 3))], -1) * 200, 0, 255).astype(
+            np.uint8
+        )
+        for _ in range(n)
+    ]
+
+
+def test_the_forgery_stamps_the_mean_residual_and_reports_rates_at_a_calibrated_threshold(tmp_path, monkeypatch):
+    folder = write_bundle(tmp_path / "bundle")
+    monkeypatch.setattr(bench, "FORGE_NS", (2, 3))
+    out = bench.forgery(folder, _photos(3, 0), _photos(3, 1), _photos(4, 2), seed=0)
+    assert out["sources"] == 3 and out["targets"] == 4 and 0 <= out["tau"] <= 49
+    assert out["negatives"] == 4 * 10  # the clean targets against the forged key and nine others
+    assert set(out["forged"]) == {f"N={n} {w} originals" for n in (2, 3) for w in ("with", "without")}
+    for row in out["forged"].values():
+        assert row["n"] == 4 and 0.0 <= row["value"] <= 1.0 and row["ci"][0] <= row["value"] <= row["ci"][1]
+    # With the originals the forger holds the mark itself (about the target PSNR); without them, the mean
+    # of other photos' content as well, a far stronger and cruder pattern.
+    with_originals = out["forged"]["N=2 with originals"]["pattern_psnr"]
+    assert with_originals > bench.TARGET_PSNR - 1
+    assert out["forged"]["N=2 without originals"]["pattern_psnr"] < with_originals - 10
+
+
+def test_the_joint_markers_are_measured_only_once_exported(tmp_path, monkeypatch):
+    folder = write_bundle(tmp_path / "joint")
+    monkeypatch.setenv("MOLM_RESIDUAL_MARKERS", str(folder))
+    monkeypatch.setattr(bench, "ROOT", tmp_path)  # no committed or var/ checkpoints in sight
+    assert bench.JOINT_LABEL not in bench.molm_folders()
+    (folder / "manifest.json").write_text(json.dumps({"files": {}}))
+    assert bench.molm_folders()[bench.JOINT_LABEL] == folder
