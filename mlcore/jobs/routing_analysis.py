@@ -266,11 +266,34 @@ def _record_trace(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContex
                 batches,
                 on_layer=lambda done, total: recording.count(done, total, "decoder layer"),
                 spill_dir=ctx.workdir,
+                checkpoint=_resumable(ctx, model, batches, recorder),
             )
             recorder.close_sequences([params["seq_len"]] * len(windows))
             return _finish(params, data.name, recorder, adapt(model))
     except HFModelError as exc:
         raise JobError(str(exc)) from None
+
+
+def _resumable(ctx: JobContext, model: Any, batches: list[Any], recorder: Any) -> Any:
+    """The pass's progress kept in ``ctx.resume_dir`` after every decoder layer (the routing recorded
+    so far with it), so a killed attempt's re-run continues from its last finished layer."""
+    import torch
+
+    from mlcore.hf.sequential import PassCheckpoint, batches_key
+
+    if ctx.resume_dir is None:
+        return None
+    return PassCheckpoint(
+        ctx.resume_dir / "routing",
+        batches_key(model, batches),
+        save_state=lambda path: torch.save(recorder.state_dict(), path),
+        load_state=lambda path: recorder.load_state_dict(torch.load(path, weights_only=True)),
+        on_resume=lambda done, total: ctx.log(
+            f"recording continues from decoder layer {done + 1} of {total}: an earlier attempt finished the rest"
+            if done < total
+            else "recording: an earlier attempt finished every decoder layer; its routing is reused"
+        ),
+    )
 
 
 def _finish(params: dict[str, Any], source: str, recorder: Any, adapter: Any) -> tuple[Any, list[int]]:

@@ -337,6 +337,24 @@ class RoutingRecorder(TokenMask):
         self._boundaries: list[int] = []
         self._layouts: dict[int, _LayerLayout] = {}
 
+    def state_dict(self) -> dict[str, Any]:
+        """What has been recorded (plain dicts and lists of tensors), for a pass that may be continued."""
+        return {
+            "ids": dict(self._ids),
+            "weights": dict(self._weights),
+            "logits": dict(self._logits),
+            "tokens": dict(self._tokens),
+            "boundaries": list(self._boundaries),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue after what ``state`` recorded (the layers' descriptions are the caller's)."""
+        for name in ("ids", "weights", "logits", "tokens"):
+            target = getattr(self, f"_{name}")
+            target.clear()
+            target.update(state[name])
+        self._boundaries = list(state["boundaries"])
+
     def describe_layer(self, layer: int, *, num_experts: int, shared_experts: int = 0, router: str = "") -> None:
         """Tell the recorder a layer's shape, so :meth:`to_trace` can fill the metadata (the slot
         count k_l is read from the recorded ids)."""

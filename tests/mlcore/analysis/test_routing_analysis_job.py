@@ -204,3 +204,33 @@ def test_a_job_that_holds_two_copies_of_the_weights_needs_them_twice_whole():
     _, one = plan_load(folder, "auto", device="cpu", tokens=64, batch_tokens=64, available=1 << 40)
     _, two = plan_load(folder, "auto", device="cpu", tokens=64, batch_tokens=64, available=1 << 40, whole_copies=2)
     assert two.whole - one.whole == weights and two.layer_by_layer == one.layer_by_layer
+
+
+class _DiesAfterTwoLayers(InMemoryContext):
+    """A worker killed once the layer-by-layer recording has finished its second decoder layer."""
+
+    def _on_progress(self) -> None:
+        super()._on_progress()
+        if self.stage.endswith("decoder layer 2 of 4"):
+            raise SystemExit("killed")
+
+
+def test_a_re_run_after_a_killed_recording_continues_from_its_last_finished_layer(tmp_path):
+    kind = get_kind("routing-analysis")
+    raw = {**FAST, "model": "zoo:moe-lm-tiny", "dataset": "zoo:stdlib-docs", "load": "layer-by-layer"}
+
+    def attempt(ctx, resume_dir):
+        ctx.resume_dir = resume_dir
+        params, inputs = prepare(kind, raw, {}, resolver=LocalResolver(), workdir=ctx.workdir)
+        return execute(kind, params, inputs, ctx, passthrough=(SystemExit,))
+
+    with pytest.raises(SystemExit):
+        attempt(_DiesAfterTwoLayers(), tmp_path / "resume")
+    resumed, fresh = InMemoryContext(), InMemoryContext()
+    assert attempt(resumed, tmp_path / "resume").status == "succeeded"
+    assert attempt(fresh, None).status == "succeeded"
+    assert "recording continues from decoder layer 3 of 4: an earlier attempt finished the rest" in resumed.lines
+    traces = [RoutingTrace.load(c.artifacts["routing_trace.safetensors"].path) for c in (resumed, fresh)]
+    assert all(torch.equal(a, b) for a, b in zip(traces[0].expert_ids, traces[1].expert_ids, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(traces[0].gate_weights, traces[1].gate_weights, strict=True))
+    assert resumed.metrics.scalars["srp_L4"] == fresh.metrics.scalars["srp_L4"]
