@@ -338,7 +338,10 @@ class PassCheckpoint:
     and last ``progress.json`` (written to a temporary name and renamed, so it is never half
     written) naming the layers done and the slot holding their output. A commit that dies half way
     leaves the previous one in force. ``key`` names the pass (the model and batches): a folder left
-    by another pass is ignored and overwritten."""
+    by another pass is ignored and overwritten. A live pass holds an exclusive ``flock`` on the
+    folder (the kernel drops it when the process dies, however it dies), so a second pass of the same
+    job running at the same time (a double submission) runs without it instead of mixing its
+    progress with the first's."""
 
     def __init__(
         self,
@@ -351,11 +354,23 @@ class PassCheckpoint:
     ) -> None:
         self.folder, self.key = Path(folder), key
         self.save_state, self.load_state, self.on_resume = save_state, load_state, on_resume
+        self._lock: int | None = None
 
-    def resume(self, total: int) -> tuple[int, int]:
-        """(layers done, slot of their output), having loaded the caller's state; (0, 0) to start afresh."""
+    def resume(self, total: int) -> tuple[int, int] | None:
+        """(layers done, slot of their output), having loaded the caller's state; (0, 0) to start
+        afresh; ``None`` when another live pass holds the folder."""
+        import fcntl
         import json
+        import os
 
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        self._lock = fd
         try:
             progress = json.loads((self.folder / "progress.json").read_text())
         except (OSError, ValueError):
@@ -366,6 +381,13 @@ class PassCheckpoint:
         if self.on_resume is not None:
             self.on_resume(progress["layers"], total)
         return progress["layers"], progress["slot"]
+
+    def release(self) -> None:
+        import os
+
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def commit(self, layers: int, slot: int) -> None:
         import json
@@ -433,7 +455,14 @@ def run_sequentially(
                 calls.append(layer_calls)
         carrying = plain_refusal is not None
         total = sum(h.numel() * h.element_size() for h in first)
-        done, slot = checkpoint.resume(len(layers)) if checkpoint is not None else (0, 0)
+        done, slot = 0, 0
+        if checkpoint is not None:
+            stack.callback(checkpoint.release)
+            resumed = checkpoint.resume(len(layers))
+            if resumed is None:  # the same pass runs elsewhere now: keep nothing rather than mix
+                checkpoint = None
+            else:
+                done, slot = resumed
         carried = Activations(stack, total, spill_bytes, spill_dir, checkpoint, slot)
         if not done:
             for b, hidden in enumerate(first):

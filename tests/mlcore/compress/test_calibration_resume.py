@@ -110,3 +110,21 @@ def test_a_checkpoint_of_other_windows_is_not_resumed(checkpoint: Path, tmp_path
             on_layer=lambda done, total: layers_run.append(done),
         )
     assert layers_run == [1, 2, 3, 4]
+
+
+def test_a_second_pass_of_the_same_job_running_at_once_keeps_nothing_rather_than_mix(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    import fcntl
+    import os
+
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    held = os.open(progress, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the first attempt, still alive
+    try:
+        second = run(checkpoint, checkpoint_dir=progress)
+    finally:
+        os.close(held)
+    assert not (progress / "progress.json").exists() and not any(progress.iterdir())
+    assert_same(run(checkpoint), second)
