@@ -9,7 +9,7 @@ random 48-bit key at the target PSNR through ``mlcore.watermark.embed.mark_image
 *with* the content-independent bias shift: an ablation of the paper's markers), when present the same
 markers with the extractor fine-tuned on residual-marked tiles (``var/zoo/molm-embed/markers``, written
 by ``python -m mlcore.zoo train molm-embed``), and when present the paper's markers — no shift — trained
-together with the extractor on residual-marked photos (``python -m mlcore.zoo train molm-embed --joint``;
+together with the extractor on residual-marked photos (``python -m mlcore.zoo train molm-residual``;
 found in ``mlcore/zoo/checkpoints/molm-residual``, ``var/zoo/molm-residual/markers`` or the folder named
 by ``$MOLM_RESIDUAL_MARKERS``); ``$MOLM_EMBED_EXTRA_ROWS`` (JSON, row label → folder) adds more. The
 crops come from every shipped photo, the training split's included; each MOLM row also reports the

@@ -40,7 +40,7 @@ simply teaches the extractor to answer zero everywhere (``content-only`` in
 
 The clean decodes D(E(x)) of the training patches are computed once; a step then costs one keyed
 decode with its backward pass and the extractor's. Every step's randomness derives from (seed,
-step), so a resumed run continues exactly. ``python -m mlcore.zoo train molm-embed --joint``
+step), so a resumed run continues exactly. ``python -m mlcore.zoo train molm-residual``
 (:mod:`mlcore.zoo.molm_residual`) is the recipe.
 """
 

@@ -27,6 +27,7 @@ from mlcore.zoo.recipes import RECIPES, get_recipe
 OTHER_RECIPES: dict[str, tuple[str, list[str]]] = {
     "molm-tiny": ("mlcore.zoo.molm", ["train"]),
     "molm-embed": ("mlcore.zoo.molm_embed", ["train", "molm-embed"]),
+    "molm-residual": ("mlcore.zoo.molm_residual", ["train"]),
     "lora-base-tiny": ("mlcore.zoo.lora_base", ["train", "lora-base-tiny"]),
     "pointmoe-synmix": ("mlcore.zoo.pointcloud", ["train", "pointmoe-synmix"]),
     "ptv3-synmix-dense": ("mlcore.zoo.pointcloud", ["train", "ptv3-synmix-dense"]),

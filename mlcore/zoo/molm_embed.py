@@ -26,8 +26,8 @@ Stages, each resumable from ``--workdir`` (default ``var/zoo/molm-embed``):
 ``--wall-minutes`` is a budget for the command; when it passes, the state is saved and the command
 exits with status 3 (run it again to continue).
 
-``python -m mlcore.zoo train molm-embed --joint`` runs the other recipe, :mod:`mlcore.zoo.molm_residual`:
-the markers without the bias shift *and* the extractor trained together on residual-marked photos.
+The other recipe, ``python -m mlcore.zoo train molm-residual`` (:mod:`mlcore.zoo.molm_residual`), trains
+the markers without the bias shift *and* the extractor together on residual-marked photos.
 """
 
 from __future__ import annotations
@@ -245,12 +245,6 @@ def export(
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if "--joint" in argv:
-        # The joint recipe (markers without the shift + extractor, trained together on residuals).
-        from mlcore.zoo import molm_residual
-
-        rest = [a for a in argv if a not in ("--joint", "train", NAME)]
-        return molm_residual.main(["train", *rest])
     started = time.perf_counter()
     parser = argparse.ArgumentParser(prog="python -m mlcore.zoo")
     sub = parser.add_subparsers(dest="command", required=True)

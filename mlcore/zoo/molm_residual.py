@@ -6,7 +6,7 @@ paper's markers; the shift is forgeable) and molm-tiny's extractor, and trains b
 residual-marked photo patches under real attacks with differentiable stand-ins
 (:func:`mlcore.watermark.residual_train.train_jointly`)::
 
-    python -m mlcore.zoo train molm-embed --joint [--variant V] [--cpu-minutes M] [--workdir DIR] [--out DIR]
+    python -m mlcore.zoo train molm-residual [--variant V] [--cpu-minutes M] [--workdir DIR] [--out DIR]
     python -m mlcore.zoo.molm_residual train      (the same)
 
 Two variants (:data:`VARIANTS`):
@@ -49,7 +49,7 @@ from mlcore.watermark.residual_train import ResidualTrainConfig
 from mlcore.zoo.molm_embed import EXIT_OUT_OF_TIME, OutOfTime, _logger, _save_atomic, _sha256
 
 NAME = "molm-residual"
-COMMAND = "python -m mlcore.zoo train molm-embed --joint"
+COMMAND = "python -m mlcore.zoo train molm-residual"
 ROOT = Path(__file__).resolve().parents[2]
 BASE = Path(__file__).resolve().parent / "checkpoints" / "molm"
 

@@ -250,7 +250,7 @@ def test_the_recipe_resumes_and_exports_a_markers_folder_without_the_shift(tmp_p
     out = molm_residual.train(workdir, target, recipe=recipe)
     assert torch.load(workdir / "state.pt", weights_only=False)["step"] == 2
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["command"] == "python -m mlcore.zoo train molm-embed --joint"
+    assert manifest["command"] == "python -m mlcore.zoo train molm-residual"
     assert {"markers/config.json", "extractor/config.json", "RECIPE.md", "residual_train_log.jsonl"} <= set(
         manifest["files"]
     )
