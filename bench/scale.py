@@ -410,8 +410,9 @@ def report(rows: list[dict[str, Any]], tier: str) -> str:
         "(tests/mlcore/hf/test_compact_checkpoint.py); rows cached before that show the old size until "
         "`make bench-scale` runs again (at 2026-12-05: the Qwen3-30B-A3B rows). The OLMoE layer-by-layer rows "
         "of 2026-12-05 ran at the lowest CPU priority beside other studies and the test suite: their seconds "
-        "(466 and 3103; 88 and 458 on a quieter machine before) measure that load, not the pass. Random weights make the perplexities meaningless as quality: they show "
-        "that both modes compute the same numbers.",
+        "(466 and 3103; 88 and 458 on a quieter machine before) measure that load, not the pass. Random "
+        "weights make the perplexities meaningless as quality: they show that both modes compute the same "
+        "numbers.",
         "",
         "The issue's goals (a 14 GB model compressed with peak RSS under 6 GB, calibration within 1.5× of a plain "
         "forward) are judged on the full tier's 16-layer OLMoE rows (`make bench-scale FULL=1`).",
