@@ -408,7 +408,7 @@ def report(rows: list[dict[str, Any]], tier: str) -> str:
         "size; since then a layer with novices stores only its kept experts and the novices (the sidecar lists "
         "which slot holds which expert), within the goal bound plus 1% "
         "(tests/mlcore/hf/test_compact_checkpoint.py); rows cached before that show the old size until "
-        "`make bench-scale` runs again (at 2026-12-05: the Qwen3-30B-A3B rows). The OLMoE layer-by-layer rows "
+        "`make bench-scale` runs again (at 2026-12-05: the rows loaded whole). The OLMoE layer-by-layer rows "
         "of 2026-12-05 ran at the lowest CPU priority beside other studies and the test suite: their seconds "
         "(466 and 3103; 88 and 458 on a quieter machine before) measure that load, not the pass. Random "
         "weights make the perplexities meaningless as quality: they show that both modes compute the same "
