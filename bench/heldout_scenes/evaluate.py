@@ -84,11 +84,12 @@ def segment_like_the_job(
         MAX_POINTS,
         allowed_classes,
         chosen_attributes,
+        held_attributes,
+        segment_read_cloud,
         segmenting_grid,
         spec,
     )
     from mlcore.pointcloud.io import read_cloud
-    from mlcore.pointcloud.segment import segment_cloud
     from mlcore.pointcloud.segmenter_classes import read_classes
 
     classes = read_classes(config, model.cfg.num_classes)
@@ -101,18 +102,10 @@ def segment_like_the_job(
     grid, kind = segmenting_grid(cloud.xyz, "auto", classes)
     allowed, _ = allowed_classes([], classes, kind)
     wanted = chosen_attributes("auto", kind, None)
-    available = {"colour": cloud.rgb is not None, "intensity": cloud.intensity is not None}
+    available = held_attributes(cloud)
     used = tuple(a for a in wanted if available[a])
     chunk = next(p.default for p in spec.params if p.name == "chunk_points")
-    result = segment_cloud(
-        model,
-        cloud.xyz,
-        cloud.rgb if "colour" in used else None,
-        cloud.intensity if "intensity" in used else None,
-        grid=grid,
-        classes=allowed,
-        chunk_points=chunk,
-    )
+    result = segment_read_cloud(model, cloud, used, grid=grid, classes=allowed, chunk_points=chunk)
     return {"labels": result.labels, "cloud": read, "kind": kind, "grid": grid, "used": used}
 
 

@@ -251,6 +251,29 @@ def usage_rows(usage: Any, layer_names: list[str], names: Sequence[str] = LABELS
     return rows
 
 
+def held_attributes(cloud: Any) -> dict[str, bool]:
+    """Which of the attributes the model can see a read cloud holds."""
+    return {"colour": cloud.rgb is not None, "intensity": cloud.intensity is not None}
+
+
+def segment_read_cloud(
+    model: Any, cloud: Any, used: tuple[str, ...], *, grid: float, classes: list[int], chunk_points: int, **kwargs: Any
+) -> Any:
+    """:func:`~mlcore.pointcloud.segment.segment_cloud` on a read cloud with only the attributes ``used``."""
+    from mlcore.pointcloud.segment import segment_cloud
+
+    return segment_cloud(
+        model,
+        cloud.xyz,
+        cloud.rgb if "colour" in used else None,
+        cloud.intensity if "intensity" in used else None,
+        grid=grid,
+        classes=classes,
+        chunk_points=chunk_points,
+        **kwargs,
+    )
+
+
 def chosen_attributes(setting: str, kind: str, trained: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """The attributes (``colour``, ``intensity``) the ``attributes`` choice asks for on a scene of
     ``kind``; ``auto`` for a segmenter of the user's classes: ``trained``, those its training scans held."""
@@ -362,7 +385,6 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     from mlcore.pointcloud.pipeline import load_segmenter
     from mlcore.pointcloud.preview import input_colors, write_preview
     from mlcore.pointcloud.render import palette, render_thumbnail
-    from mlcore.pointcloud.segment import segment_cloud
     from mlcore.pointcloud.segmenter_classes import SegmenterError, read_classes
 
     if "model" not in inputs:
@@ -399,7 +421,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         )
     trained = (USER_ATTRIBUTES if classes.attributes is None else classes.attributes) if own else None
     wanted = chosen_attributes(params["attributes"], kind, trained)
-    available = {"colour": cloud.rgb is not None, "intensity": cloud.intensity is not None}
+    available = held_attributes(cloud)
     used = tuple(a for a in wanted if available[a])
     missing = [a for a in wanted if not available[a]]
     if missing:
@@ -424,15 +446,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         ctx.raise_if_cancelled()
         ctx.progress(0.05 + 0.8 * done / max(1, total), f"segmenting: {done:,} of {total:,} voxels")
 
-    result = segment_cloud(
-        model,
-        cloud.xyz,
-        cloud.rgb if "colour" in used else None,
-        cloud.intensity if "intensity" in used else None,
-        grid=grid,
-        classes=allowed,
-        chunk_points=params["chunk_points"],
-        on_chunk=on_chunk,
+    result = segment_read_cloud(
+        model, cloud, used, grid=grid, classes=allowed, chunk_points=params["chunk_points"], on_chunk=on_chunk
     )
     ctx.progress(0.87, "writing the labelled cloud")
     colours = palette(len(names))
