@@ -205,6 +205,11 @@ def read_logits(extractor: Extractor, image: torch.Tensor) -> torch.Tensor:
 _bias: dict[int, tuple[Extractor, torch.Tensor]] = {}
 
 
+def forget_tile_bias(extractor: Extractor) -> None:
+    """Drop the cached :func:`tile_bias` of an extractor whose weights changed (training it)."""
+    _bias.pop(id(extractor), None)
+
+
 @torch.no_grad()
 def tile_bias(extractor: Extractor, *, n: int = 512) -> torch.Tensor:
     """The extractor's mean logits over ``n`` unmarked photo crops (fixed seed), once per extractor object."""

@@ -248,7 +248,7 @@ def finetune_extractor(
     extractor.eval().requires_grad_(False)
     from mlcore.watermark import embed
 
-    embed._bias.pop(id(extractor), None)  # the leaning changed with the weights
+    embed.forget_tile_bias(extractor)  # the leaning changed with the weights
     return history
 
 

@@ -38,6 +38,7 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,21 +188,17 @@ def export(
     from mlcore.watermark.embed_train import held_out_photos, photo_readback
     from mlcore.watermark.pipeline import load_bundle
 
-    readback_file = workdir / "readback.json"
-    if readback_file.is_file():
-        readback = json.loads(readback_file.read_text())
-    else:
-        before = load_bundle(base).extractor
+    def measure() -> dict[str, Any]:
         images = held_out_photos(recipe.readback_photos, seed=recipe.readback_seed)
-        readback = photo_readback(
+        return photo_readback(
             bundle,
-            {"shipped": before, "fine-tuned": bundle.extractor},
+            {"shipped": load_bundle(base).extractor, "fine-tuned": bundle.extractor},
             images,
             seed=recipe.readback_seed,
             target_psnr=recipe.readback_psnr,
         )
-        readback_file.write_text(json.dumps(readback, indent=1))
-    log({"stage": "readback", **readback})
+
+    readback = cached_readback(workdir, measure, log)
 
     if target.exists():
         shutil.rmtree(target)
@@ -237,8 +234,26 @@ def export(
         f"| extractor | clean | JPEG-75 | resize 0.5 |\n|---|---|---|---|\n{reads}\n\n"
         f"```json\n{json.dumps(recipe.describe(), indent=1)}\n```\n"
     )
+    return write_manifest(target, NAME, COMMAND, log)
+
+
+def cached_readback(workdir: Path, measure: Callable[[], dict[str, Any]], log: Any) -> dict[str, Any]:
+    """The whole-photo read-back of an export, measured once per work folder (``readback.json``), so
+    an export that is run again does not mark and read the photos again."""
+    readback_file = workdir / "readback.json"
+    if readback_file.is_file():
+        readback = json.loads(readback_file.read_text())
+    else:
+        readback = measure()
+        readback_file.write_text(json.dumps(readback, indent=1))
+    log({"stage": "readback", **readback})
+    return readback
+
+
+def write_manifest(target: Path, name: str, command: str, log: Any) -> Path:
+    """``manifest.json``: the recipe's name, command and the sha256 of every file of the export."""
     files = {str(p.relative_to(target)): _sha256(p) for p in sorted(target.rglob("*")) if p.is_file()}
-    (target / "manifest.json").write_text(json.dumps({"name": NAME, "command": COMMAND, "files": files}, indent=1))
+    (target / "manifest.json").write_text(json.dumps({"name": name, "command": command, "files": files}, indent=1))
     log({"stage": "export", "target": str(target)})
     return target
 

@@ -46,7 +46,14 @@ from pathlib import Path
 from typing import Any
 
 from mlcore.watermark.residual_train import ResidualTrainConfig
-from mlcore.zoo.molm_embed import EXIT_OUT_OF_TIME, OutOfTime, _logger, _save_atomic, _sha256
+from mlcore.zoo.molm_embed import (
+    EXIT_OUT_OF_TIME,
+    OutOfTime,
+    _logger,
+    _save_atomic,
+    cached_readback,
+    write_manifest,
+)
 
 NAME = "molm-residual"
 COMMAND = "python -m mlcore.zoo train molm-residual"
@@ -238,11 +245,11 @@ def train(
     images = held_out_photos(recipe.readback_photos, seed=recipe.readback_seed) if recipe.readback_photos else []
 
     def readback() -> dict[str, Any]:
-        embed._bias.pop(id(extractor), None)  # the extractor's leaning changes with its weights
+        embed.forget_tile_bias(extractor)  # the extractor's leaning changes with its weights
         was = extractor.training
         out = photo_readback(bundle, {"joint": extractor}, images, seed=recipe.readback_seed)
         extractor.train(was)
-        embed._bias.pop(id(extractor), None)
+        embed.forget_tile_bias(extractor)
         return {"n": out["n"], "psnr": out["psnr"], **out["bit_accuracy"]["joint"]}
 
     if start < config.steps:
@@ -283,17 +290,14 @@ def export(
     from mlcore.watermark import embed
     from mlcore.watermark.embed_train import held_out_photos, photo_readback
 
-    readback_file = workdir / "readback.json"
-    if readback_file.is_file():
-        readback = json.loads(readback_file.read_text())
-    else:
-        embed._bias.pop(id(bundle.extractor), None)
+    def measure() -> dict[str, Any]:
+        embed.forget_tile_bias(bundle.extractor)
         images = held_out_photos(recipe.export_photos, seed=recipe.readback_seed)
-        readback = photo_readback(
+        return photo_readback(
             bundle, {"joint": bundle.extractor}, images, seed=recipe.readback_seed, target_psnr=recipe.readback_psnr
         )
-        readback_file.write_text(json.dumps(readback, indent=1))
-    log({"stage": "readback", **readback})
+
+    readback = cached_readback(workdir, measure, log)
 
     if target.exists():
         shutil.rmtree(target)
@@ -315,10 +319,7 @@ def export(
     (target / "card.json").write_text(json.dumps(card, indent=1))
     shutil.copy2(workdir / "train_log.jsonl", target / "residual_train_log.jsonl")
     (target / "RECIPE.md").write_text(recipe_markdown(recipe, history, readback))
-    files = {str(p.relative_to(target)): _sha256(p) for p in sorted(target.rglob("*")) if p.is_file()}
-    (target / "manifest.json").write_text(json.dumps({"name": NAME, "command": COMMAND, "files": files}, indent=1))
-    log({"stage": "export", "target": str(target)})
-    return target
+    return write_manifest(target, NAME, COMMAND, log)
 
 
 def recipe_markdown(recipe: ResidualRecipe, history: list[dict[str, Any]], readback: dict[str, Any]) -> str:
