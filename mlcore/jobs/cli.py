@@ -2,7 +2,7 @@
 
 moelab kinds [--json]
 moelab run KIND --set NAME=VALUE ... --input NAME=PATH ... --out DIR
-moelab submit KIND --set ... --input ... --server URL --token T [--team SLUG] [--no-follow]
+moelab submit KIND --set ... --input ... --server URL --token T [--team SLUG] [--no-follow] [--timeout S]
 """
 
 from __future__ import annotations
@@ -162,9 +162,16 @@ def _api(server: str, token: str, method: str, path: str, body: bytes | None = N
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read() or b"null")
     except urllib.error.HTTPError as exc:
-        raise SystemExit(f"moelab: {method} {path} failed with HTTP {exc.code}{_detail(exc.read())}") from None
+        failed = SystemExit if exc.code < 500 else _Unreachable  # a 5xx: the server or its proxy is down
+        raise failed(f"moelab: {method} {path} failed with HTTP {exc.code}{_detail(exc.read())}") from None
     except urllib.error.URLError as exc:
-        raise SystemExit(f"moelab: cannot reach {server}: {exc.reason}") from None
+        raise _Unreachable(f"moelab: cannot reach {server}: {exc.reason}") from None
+    except (TimeoutError, ConnectionError) as exc:
+        raise _Unreachable(f"moelab: cannot reach {server}: {exc}") from None
+
+
+class _Unreachable(SystemExit):
+    """The server did not answer: fatal while submitting, ridden out while following."""
 
 
 def _detail(body: bytes) -> str:
@@ -193,13 +200,49 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(f"moelab: submitted job {job['id']} ({job.get('url', '')})")
     if args.no_follow:
         return 0
-    bar = _Bar()
-    while job["status"] not in TERMINAL:
-        time.sleep(1)
-        job = _api(args.server, token, "GET", f"/api/v1/jobs/{job['id']}")
-        bar.draw(job.get("progress", 0.0), job.get("stage", ""))
+    try:
+        job = _follow(args.server, token, job, args.timeout)
+    except (_StillRunning, KeyboardInterrupt) as exc:
+        # Following is only watching: the job runs on the server whatever happens here.
+        why = str(exc) or "stopped following"
+        print(f"\nmoelab: {why}; job {job['id']} goes on at {job.get('url', args.server)}", file=sys.stderr)
+        return STILL_RUNNING
     print(f"\nmoelab: job {job['id']} {job['status']}" + (f": {job['error']}" if job.get("error") else ""))
     return 0 if job["status"] == "succeeded" else 1
+
+
+#: ``moelab submit``'s exit status when it stops following a job that has not ended.
+STILL_RUNNING = 3
+#: How long following rides out an unreachable server (a restart, a dropped connection) before it gives up.
+UNREACHABLE_GRACE_S = 300.0
+
+
+class _StillRunning(Exception):
+    """Following stopped before the job ended (the reason is the message)."""
+
+
+def _follow(server: str, token: str, job: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Poll the job until it ends, drawing its progress. Raises :class:`_StillRunning` after
+    ``timeout`` seconds (0: no limit) or when the server stays unreachable for
+    :data:`UNREACHABLE_GRACE_S`."""
+    bar = _Bar()
+    start = time.monotonic()
+    unreachable_since: float | None = None
+    while job["status"] not in TERMINAL:
+        if timeout and time.monotonic() - start >= timeout:
+            raise _StillRunning(f"stopped following after --timeout {timeout:g} s")
+        time.sleep(1)
+        try:
+            job = _api(server, token, "GET", f"/api/v1/jobs/{job['id']}")
+        except _Unreachable as exc:
+            unreachable_since = unreachable_since or time.monotonic()
+            if time.monotonic() - unreachable_since >= UNREACHABLE_GRACE_S:
+                why = str(exc).removeprefix("moelab: ")
+                raise _StillRunning(f"{why}, for {UNREACHABLE_GRACE_S:g} s: stopped following") from None
+            continue
+        unreachable_since = None
+        bar.draw(job.get("progress", 0.0), job.get("stage", ""))
+    return job
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -223,6 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--token", default="")
             p.add_argument("--team", default="", help="team slug (default: your first team)")
             p.add_argument("--no-follow", action="store_true")
+            p.add_argument(
+                "--timeout",
+                type=float,
+                default=0.0,
+                help="stop following after this many seconds (the job goes on; exit status 3); 0: follow to the end",
+            )
     return parser
 
 

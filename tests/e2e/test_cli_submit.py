@@ -62,3 +62,18 @@ def test_moelab_submit_follows_the_job_to_the_end_on_a_real_worker(
     job = Job.objects.get()
     assert re.search(rf"job {job.id} succeeded", result.stdout)
     assert job.status == Job.Status.SUCCEEDED and job.metrics["scalars"]["final_loss"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_moelab_submit_stops_following_at_its_timeout_and_leaves_the_job_running(live_server, member: User) -> None:
+    # No worker: the job stays queued, as a long job would stay running.
+    token = api_token_create(user=member, name="cli")[1]
+    result = moelab(
+        "submit", "test-exercise", "--set", "steps=3", "--server", live_server.url, "--token", token, "--timeout", "2"
+    )
+    job = Job.objects.get()
+    assert result.returncode == 3, result.stderr
+    assert f"stopped following after --timeout 2 s; job {job.id} goes on at {live_server.url}/jobs/{job.id}/" in (
+        result.stderr
+    )
+    assert job.status == Job.Status.QUEUED
