@@ -187,6 +187,10 @@ STORAGES = {
 }
 DATA_UPLOAD_MAX_NUMBER_FILES = env_int("MOELAB_MAX_UPLOAD_FILES", 64)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+# Larger uploads spool here, a folder of their own so that what a killed process leaves can be swept
+# by age (webapp/scratch.py) without touching anyone else's temporary files.
+FILE_UPLOAD_TEMP_DIR = Path(env_str("MOELAB_UPLOAD_SPOOL_DIR", str(VAR_DIR / "upload-spool")))
+FILE_UPLOAD_TEMP_DIR.mkdir(parents=True, exist_ok=True)
 
 # -- Celery (long GPU jobs: docs/deployment.md) ---------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")

@@ -188,11 +188,13 @@ class ScratchSweeper:
         from django.conf import settings
         from django.db import connection
 
+        from webapp.scratch import sweep_logged as sweep_web_logged
         from workers.resume import sweep_resume
 
         try:
             while True:
                 sweep_logged()
+                sweep_web_logged()  # under ``make run`` the web server shares this host's disk
                 try:
                     sweep_resume(settings.RESUME_DIR, days=settings.RESUME_DAYS)
                 except OSError:

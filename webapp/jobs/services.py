@@ -7,8 +7,6 @@ forms show next to their fields and the API returns as JSON; permission failures
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from webapp.jobs import queue, storage
 from webapp.jobs.models import Job, JobInput
 from webapp.jobs.references import record_submitted
 from webapp.jobs.resolver import check_reference
+from webapp.scratch import scratch_folder
 
 FieldErrors = list[tuple[str, str]]
 
@@ -212,8 +211,7 @@ def job_submit(
     _require_write(team, user)
     job_kind = _kind(kind)
     params = _clean_params(job_kind, raw_params, team=team)
-    scratch = Path(tempfile.mkdtemp(prefix="moelab-submit-"))
-    try:
+    with scratch_folder("submit") as scratch:
         paths = _check_files(job_kind, files or {}, scratch)
         params = _apply_uploads(job_kind, params, paths)
         with transaction.atomic():
@@ -223,8 +221,6 @@ def job_submit(
                 for upload, path in zip(uploads, paths.get(name, [])):
                     _save_input(job, name, path, upload.name or path.name)
             queue.enqueue_on_commit(job)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return job
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 import zipfile
 import zlib
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from mlcore.video.user_clips import VIDEO_SUFFIXES
 from mlcore.watermark.verification import IMAGE_SUFFIXES
 from webapp.jobs.models import JobArtifact
 from webapp.library.models import LibraryItem
+from webapp.scratch import scratch_folder
 
 TEXT_SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl", ".json")
 #: A config.json larger than this is not read to guess a kind (a real one is a few KB).
@@ -135,8 +135,8 @@ def _sniffed(artifact: JobArtifact) -> tuple[str, str]:
     if local is not None:
         fmt = sniff.sniff(local) or ""
         return fmt, _archive_guess(local) if fmt == "zip" else ""
-    with tempfile.TemporaryDirectory(prefix="moelab-offer-") as scratch:
-        head = Path(scratch) / "head"
+    with scratch_folder("offer") as scratch:
+        head = scratch / "head"
         with artifact.file.open("rb") as src:
             head.write_bytes(src.read(sniff.SNIFF_BYTES))
         return sniff.sniff(head) or "", ""
