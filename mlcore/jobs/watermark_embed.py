@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mlcore.jobs import Comparison, Dataset, Estimate, File, Float, JobContext, JobError, JobSpec, Key, Metric, Model
+from mlcore.jobs.wording import count
 
 MAX_IMAGES = 500
 #: Detection in the self-check: one key searched, at the verifier's default false-positive rate.
@@ -56,11 +57,13 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
     why = "" if scalars.get("embed_trained") else f" {UNTRAINED_READER}"
     state = readability(accuracy, detected, n)
     if state == "readable":
-        return f"Marked {n} images: {fidelity}; {read} and detected the mark in all {n}."
+        found = "it" if n == 1 else f"all {n}"
+        return f"Marked {count(n, 'image')}: {fidelity}; {read} and detected the mark in {found}."
     if state == "unreadable":
         return (
-            f"The marks in these {n} images are NOT readable: {read} and detected the mark in none of them, so "
-            f"treat the files as unmarked ({fidelity}).{why}"
+            f"The {'mark in this image is' if n == 1 else f'marks in these {n} images are'} NOT readable: {read} and "
+            f"{'did not detect it, so treat the file' if n == 1 else 'detected none, so treat the files'} as "
+            f"unmarked ({fidelity}).{why}"
         )
     return (
         f"Only {detected} of {n} images carry a readable mark: {read}; verify does not detect the mark in the "
@@ -318,10 +321,10 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     ctx.artifact("results.csv", report / "results.csv", "text/csv")
     ctx.artifact("results.json", report / "results.json", "application/json")
     ctx.artifact("images", out)
-    name = f"{n} images watermarked with {record.name}"
+    name = f"{count(n, 'image')} watermarked with {record.name}"
     if state != "readable":
         # The library must not present files as marked when verify cannot find the mark in them.
-        name = f"{n} images, mark not readable in {n - detected} ({record.name})"
+        name = f"{count(n, 'image')}, mark not readable in {n - detected} ({record.name})"
     ctx.register("images", out, {"name": name, "readable": state})
     _chart(ctx, rows, threshold.detect_bits)
 

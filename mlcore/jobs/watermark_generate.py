@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mlcore.jobs import Comparison, Int, JobContext, JobError, JobSpec, Key, Metric, Model, Seed
+from mlcore.jobs.wording import count
 
 
 def _summarize(scalars: Mapping[str, Any]) -> str:
@@ -165,7 +166,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         if i < 32:  # the gallery shows the first 32; all are in the folder artifact
             ctx.artifact(f"image-{i:04d}.png", path, "image/png")
     ctx.artifact("images", folder)
-    ctx.register("images", folder, {"name": f"{len(marked)} images watermarked with {record.name}"})
+    ctx.register("images", folder, {"name": f"{count(len(marked), 'image')} watermarked with {record.name}"})
     grid = _grid(marked[:8], clean[:8])
     grid_path = ctx.workdir / "watermarked-vs-clean.png"
     Image.fromarray(grid).resize((grid.shape[1] * 4, grid.shape[0] * 4), Image.Resampling.NEAREST).save(grid_path)
@@ -173,7 +174,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     for name, value in metrics.items():
         ctx.metric(name, value)
     ctx.log(
-        f"{len(marked)} images; self-check bit accuracy {metrics['self_check_bit_accuracy']:.3f} "
+        f"{count(len(marked), 'image')}; self-check bit accuracy {metrics['self_check_bit_accuracy']:.3f} "
         f"(worst image {int(matched.min())}/{bundle.num_bits} bits), PSNR {metrics['psnr']:.1f} dB, "
         f"SSIM {metrics['ssim']:.3f} against the unwatermarked decoder"
     )

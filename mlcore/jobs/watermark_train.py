@@ -38,6 +38,7 @@ from mlcore.jobs import (
 )
 from mlcore.jobs.binding import bind
 from mlcore.jobs.spec import InputCheck
+from mlcore.jobs.wording import count
 from mlcore.uploads import forget_source_paths
 
 if TYPE_CHECKING:
@@ -363,7 +364,7 @@ def _crop_source(params: dict[str, Any], inputs: dict[str, Any], size: int, ctx:
         raise JobError(f"Images: {exc}") from None
     if small:
         shown = ", ".join(small[:10]) + (f" and {len(small) - 10} more" if len(small) > 10 else "")
-        ctx.log(f"{len(small)} images are smaller than the model's {size} px and give no crop: {shown}")
+        ctx.log(f"{count(len(small), 'image')} smaller than the model's {size} px, so no crop: {shown}")
     if not images:
         raise JobError(f"Images: none of them is at least {size}×{size} pixels, the model's size; bring larger ones.")
     mix = "only yours" if source == "mine" else "half yours, half built-in photo crops"

@@ -320,4 +320,5 @@ def test_a_job_whose_marks_do_not_read_reports_them_unreadable_everywhere(tmp_pa
     assert "carry no mark verify can read" in report["note"] and "residual-marked photos" in report["note"]
     (registered,) = ctx.registrations
     assert "not readable" in registered.card["name"]
-    assert any(line.startswith("WARNING: The marks in these 1 images are NOT readable") for line in ctx.lines)
+    assert any(line.startswith("WARNING: The mark in this image is NOT readable") for line in ctx.lines)
+    assert "1 image," in registered.card["name"]
