@@ -218,6 +218,7 @@ def stage_export(workdir: Path, recipe: MolmRecipe = RECIPE, target: Path = CHEC
     import torch
     from diffusers import AutoencoderKL, UNet2DModel
 
+    from mlcore.uploads import forget_source_paths
     from mlcore.watermark.extractor import Extractor
     from mlcore.watermark.markers import Markers
 
@@ -233,6 +234,7 @@ def stage_export(workdir: Path, recipe: MolmRecipe = RECIPE, target: Path = CHEC
     ):
         cls.from_pretrained(source, torch_dtype=torch.float32).to(torch.float16).save_pretrained(target / name)
     shutil.copytree(workdir / "scheduler", target / "scheduler")
+    forget_source_paths(target)  # diffusers records the training folder, a path of this machine
     card = json.loads((workdir / "molm" / "card.json").read_text())
     card["recipe"] = {**asdict(recipe), "command": command_for(recipe)}
     (target / "card.json").write_text(json.dumps(card, indent=1))

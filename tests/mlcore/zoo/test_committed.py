@@ -46,3 +46,13 @@ def test_the_committed_checkpoints_stay_under_50_mb_together():
 def test_a_missing_checkpoint_says_how_to_train_it():
     with pytest.raises(JobError, match=r"python -m mlcore\.zoo train no-such-model"):
         committed("no-such-model")
+
+
+def test_no_committed_checkpoint_carries_a_path_of_the_machine_that_trained_it() -> None:
+    # A config is copied into what users download; "_name_or_path" is where diffusers / transformers
+    # loaded a component from, which says nothing true on any other machine.
+    for path in (p for p in CHECKPOINTS.rglob("*.json") if p.is_file()):
+        text = path.read_text(encoding="utf-8")
+        assert '"_name_or_path"' not in text, f"{path.relative_to(CHECKPOINTS)} records where it was loaded from"
+        for root in ("/work/", "/home/", "/tmp/", "/root/"):
+            assert root not in text, f"{path.relative_to(CHECKPOINTS)} names a local path under {root}"
