@@ -51,9 +51,11 @@ class GraphOutput:
 
 
 class ERM(nn.Module):
-    def __init__(self, classes: int, hidden: int = 64, layers: int = 3) -> None:
+    """One GIN, mean pooling, cross-entropy; ``dropout`` after every GIN layer (GOOD's ERM uses 0.5)."""
+
+    def __init__(self, classes: int, hidden: int = 64, layers: int = 3, dropout: float = 0.0) -> None:
         super().__init__()
-        self.encoder = GIN(1, hidden, layers)
+        self.encoder = GIN(1, hidden, layers, dropout)
         self.head = nn.Linear(hidden, classes)
 
     def forward(self, batch: Batch) -> GraphOutput:

@@ -63,3 +63,14 @@ def test_the_free_gate_ablation_is_the_full_method_without_the_gates_own_losses(
         rest = parts["ce"] + 5.0 * parts["budget"] + 1.0 * parts["diversity"]
         gate = weight * (parts["gate_kl"] + 0.5 * parts["balance"])
         assert total.item() == pytest.approx(rest + gate, rel=1e-5)
+
+
+def test_erm_takes_its_dropout_from_the_config_and_evaluation_counts_each_predicted_class():
+    from mlcore.graph.pipeline import evaluate, to_data
+
+    assert build_model("erm", TrainConfig(hidden=8, dropout=0.5), 3).encoder.dropout == 0.5
+    assert build_model("erm", TrainConfig(hidden=8), 3).encoder.dropout == 0.0
+    graphs = generate_motif_graphs(n_graphs=60, seed=0)
+    model = build_model("erm", TrainConfig(hidden=8), 3)
+    metrics = evaluate(model, [to_data(g) for g in graphs.graphs], batch_size=16, motifs=3, experts=None)
+    assert len(metrics.predicted) == 3 and sum(metrics.predicted) == metrics.graphs == 60
