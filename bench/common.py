@@ -125,7 +125,38 @@ def check_zoo_cache(store: Store, names: tuple[str, ...], stale: str) -> None:
         store.put(ZOO_RECORD, merged)
 
 
+#: Where a quick tier writes when a larger tier's report already stands in the results folder.
+QUICK_FOLDER = "quick"
+
+
+def tier_of(data: dict[str, Any]) -> str | None:
+    """The tier a results file was written by (``tier``, or its ``name`` where it is a config)."""
+    tier = data.get("tier")
+    if isinstance(tier, dict):
+        tier = tier.get("name")
+    return tier if isinstance(tier, str) else None
+
+
+def results_folder(results: Path, name: str, data: dict[str, Any]) -> Path:
+    """``results``, unless this is a quick tier and ``results`` holds a larger tier's report of ``name``:
+    then ``results/quick/``, so ``make bench`` never replaces a full study's report (and the verdicts
+    the guides quote) by its quick tier's."""
+    if tier_of(data) != "quick":
+        return results
+    try:
+        standing = tier_of(json.loads((results / f"{name}.json").read_text()))
+    except (OSError, ValueError, AttributeError):
+        return results
+    if standing is None or standing == "quick":
+        return results
+    folder = results / QUICK_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"bench: {name}: kept the {standing} tier's report in {results}; the quick tier's is in {folder}")
+    return folder
+
+
 def write_results(results: Path, name: str, markdown: str, data: dict[str, Any]) -> None:
+    results = results_folder(results, name, data)
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     data = {"name": name, "written_at": stamp, "machine": machine(), **data}
     (results / f"{name}.json").write_text(json.dumps(data, indent=1, default=str))

@@ -55,3 +55,22 @@ def test_report_only_is_refused_for_a_study_without_one(tmp_path) -> None:
     )
     assert done.returncode == 2 and "no report-only path" in done.stderr
     assert not any(tmp_path.iterdir())  # nothing was measured or written
+
+
+def test_a_quick_tier_never_replaces_a_full_studys_report(tmp_path) -> None:
+    from bench.common import write_results
+
+    write_results(tmp_path, "study", "# full\n", {"tier": "full", "verdict": "reproduced"})
+    write_results(tmp_path, "study", "# quick\n", {"tier": {"name": "quick", "seeds": 1}})
+    assert (tmp_path / "study.md").read_text().startswith("# full")
+    assert (tmp_path / "quick" / "study.md").read_text().startswith("# quick")
+    write_results(tmp_path, "study", "# full again\n", {"tier": "full"})
+    assert (tmp_path / "study.md").read_text().startswith("# full again")
+
+
+def test_a_quick_tier_writes_in_place_where_no_larger_report_stands(tmp_path) -> None:
+    from bench.common import write_results
+
+    write_results(tmp_path, "study", "# quick\n", {"tier": "quick"})
+    write_results(tmp_path, "study", "# quick again\n", {"tier": "quick"})
+    assert (tmp_path / "study.md").read_text().startswith("# quick again") and not (tmp_path / "quick").exists()
