@@ -8,6 +8,9 @@
    held-out rectified-flow loss on a fixed t grid (shared noise), the judge's accuracy on generated
    clips (digit and direction), and the Fréchet classifier distance (FCD, on the judge's features;
    not FVD). The zoo model, trained longer with the three patterns cycled, is evaluated in each mode too.
+   At 1,024 tokens per clip (16 frames of a 32×32 canvas; §2d) a tiny model of every pattern is trained
+   from scratch and scored by its held-out RF loss alone: the length where sparse attention starts to
+   matter, which §2b's 128 tokens are not.
 3. **ProMoE.** Dense vs DiT-MoE (top-2 + shared) vs EC-DiT (expert choice) vs Race-DiT (Expert
    Race: a global top-k over the token × expert scores) vs ProMoE at equal activated FFN parameters
    on one-frame class-conditional generation (static digits), with ProMoE's conditional routing and
@@ -26,6 +29,7 @@ the device: a row computed on one device is read back on the other.
     python -m bench video --tier quick              # run what is missing, write the report
     python -m bench.video run --tier full --device cuda   # the same, training on a GPU
     python -m bench.video extend                    # the 600-step study (§2c, §3b), cached
+    python -m bench.video long --tier full          # the 1,024-token quality study (§2d) alone, cached
     python -m bench.video report                    # rewrite the report from the cache only
 
 Modules: ``tiers`` (tiers, configurations, cache names), ``cache`` (the compact cache and the
@@ -36,10 +40,19 @@ rows, cached, and :func:`run`), ``report`` (``video.md``), ``cli`` (``python -m 
 from bench.common import DEVICE_ENV
 from bench.video.cache import CACHE, store
 from bench.video.cli import build_parser, main
-from bench.video.measure import attention_baselines_case, attention_case, evaluate, train_and_evaluate
+from bench.video.measure import (
+    attention_baselines_case,
+    attention_case,
+    evaluate,
+    score_flop_fraction,
+    train_and_evaluate,
+    train_long_context,
+)
 from bench.video.report import (
     attention_baselines_report,
     claims,
+    long_context_section,
+    long_context_verdicts,
     promoe_section,
     promoe_verdicts,
     quality_section,
@@ -50,6 +63,9 @@ from bench.video.study import (
     _complete_seeds,
     extended_promoe,
     extended_quality,
+    long_context_order,
+    long_context_row,
+    long_context_study,
     promoe_row,
     promoe_study,
     quality_row,
@@ -59,6 +75,7 @@ from bench.video.study import (
 from bench.video.tiers import (
     EXTENDED_SEEDS,
     EXTENDED_STEPS,
+    LONG_CONTEXT,
     PROMOE_CONFIGS,
     QUALITY_MODES,
     TIERS,
@@ -71,6 +88,7 @@ __all__ = [
     "DEVICE_ENV",
     "EXTENDED_SEEDS",
     "EXTENDED_STEPS",
+    "LONG_CONTEXT",
     "PROMOE_CONFIGS",
     "QUALITY_MODES",
     "TIERS",
@@ -84,6 +102,11 @@ __all__ = [
     "evaluate",
     "extended_promoe",
     "extended_quality",
+    "long_context_order",
+    "long_context_row",
+    "long_context_section",
+    "long_context_study",
+    "long_context_verdicts",
     "main",
     "promoe_row",
     "promoe_section",
@@ -95,7 +118,9 @@ __all__ = [
     "report",
     "report_from_cache",
     "run",
+    "score_flop_fraction",
     "store",
     "train_and_evaluate",
+    "train_long_context",
     "training_device",
 ]

@@ -1,5 +1,6 @@
-"""``python -m bench.video extend | report | run`` (see ``__main__.py``): the longer study, the report from the cache
-only, or what ``python -m bench video --tier TIER`` does."""
+"""``python -m bench.video extend | long | report | run`` (see ``__main__.py``): the longer study, the
+long-context study (§2d) alone, the report from the cache only, or what ``python -m bench video --tier TIER``
+does."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 
 from bench.common import DEVICE_ENV
 from bench.video.cache import CACHE
-from bench.video.study import extended_promoe, extended_quality, run
+from bench.video.study import extended_promoe, extended_quality, long_context_study, run
 from bench.video.tiers import EXTENDED_SEEDS, TIERS
 
 
@@ -15,13 +16,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.video", description="the longer study, cached")
     parser.add_argument(
         "command",
-        choices=("extend", "report", "run"),
-        help="extend: train the longer study's missing runs; report: rewrite video.md / video.json from the cache "
-        "only; run: what `python -m bench video --tier TIER` does (train what is missing, then report)",
+        choices=("extend", "long", "report", "run"),
+        help="extend: train the longer study's missing runs; long: train the missing runs of the tier's 1,024-token "
+        "quality study (§2d) and nothing else; report: rewrite video.md / video.json from the cache only; run: what "
+        "`python -m bench video --tier TIER` does (train what is missing, then report)",
     )
     parser.add_argument("--part", choices=("both", "quality", "promoe"), default="both")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(EXTENDED_SEEDS))
-    parser.add_argument("--tier", choices=tuple(TIERS), default="quick", help="the tier of run and report")
+    parser.add_argument("--tier", choices=tuple(TIERS), default="quick", help="the tier of long, run and report")
     parser.add_argument(
         "--device",
         default=None,
@@ -41,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "run":
         run(args.tier, results, device=args.device)
+        return 0
+    if args.command == "long":
+        long_context_study(TIERS[args.tier], compute=True, device=args.device)
         return 0
     if args.part in ("both", "quality"):
         extended_quality(TIERS["quick"], compute=True, seeds=tuple(args.seeds), device=args.device)

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from bench.common import median_seconds
 from bench.video.cache import CACHE
-from bench.video.tiers import SMALL
+from bench.video.tiers import LONG_CONTEXT, SMALL
 
 # ------------------------------------------------------------------------------------ 1. attention
 
@@ -259,13 +259,13 @@ def evaluate(
     }
 
 
-def _moga_group_flop_fraction(model: Any, frames: int) -> float:
+def _moga_group_flop_fraction(model: Any, frames: int, size: int = 16) -> float:
     """Σnᵢ²/N² of the trained router on held-out clips at t = 0.5, averaged over blocks."""
     import torch
 
     from mlcore.data.video import bouncing_digits
 
-    data = bouncing_digits(16, frames=frames, split="test", seed=5)
+    data = bouncing_digits(16, frames=frames, size=size, split="test", seed=5)
     x0 = torch.from_numpy(data.clips).unsqueeze(1)
     x = 0.5 * x0 + 0.5 * torch.randn(x0.shape, generator=torch.Generator().manual_seed(5))
     device = model.device
@@ -334,5 +334,89 @@ def train_and_evaluate(
         "parameters": parameter_count(model),
         "activated_ffn_parameters": activated_ffn_parameters(model),
         "train_wall_seconds": state.wall_seconds,
+        "device": str(device),
+    }
+
+
+# ------------------------------------------------------------------------ 2d. quality at long context
+
+
+def score_flop_fraction(mode: str, grid: tuple[int, int, int], layer: Any) -> float:
+    """The share of full attention's N² scores a pattern computes on ``grid``, branches summed, from the
+    layer's own pattern settings (MoGA's group term is measured on its routing and added by the caller)."""
+    import math
+
+    from mlcore.video.attention import random_group_ids, tile_layout
+
+    n = grid[0] * grid[1] * grid[2]
+    if mode == "full":
+        return 1.0
+    if mode == "blocktopk":  # blocks of N / block_count tokens (shrunk to the gcd), top-k capped at their count
+        blocks = n // math.gcd(max(1, n // layer.block_count), n)
+        return min(layer.block_topk, blocks) / blocks
+    if mode == "sta":
+        return tile_layout(grid, layer.sta_tile, layer.sta_window).flop_fraction()
+    window = [math.gcd(a, b) for a, b in zip(layer.window, grid)]
+    local = (math.prod(window) + grid[1] * grid[2]) / n  # the window and per-frame branches
+    if mode == "random":
+        sizes = random_group_ids(n, layer.num_groups).bincount().double()
+        return local + float((sizes**2).sum()) / n**2
+    return local  # local; moga adds its measured Σnᵢ²/N²
+
+
+def train_long_context(mode: str, *, steps: int, seed: int, heldout_clips: int, device: str = "cpu") -> dict[str, Any]:
+    """One pattern trained from scratch on :data:`LONG_CONTEXT` clips (1,024 tokens) and scored by its
+    held-out RF loss (no sampling: the zoo judge reads 8-frame 16² clips only)."""
+    import torch
+
+    from mlcore.video.dit import VideoDiT, parameter_count
+    from mlcore.video.pipeline import TrainConfig, heldout_loss, train
+
+    setup = LONG_CONTEXT
+    frames, size = setup["frames"], setup["size"]
+    torch.manual_seed(seed)
+    model = VideoDiT(**setup["model"], patch_size=setup["patch_size"], attention=mode).to(device)
+    for layer in model.attention_layers():
+        # The sparse baselines' budgets at this grid (VideoDiT's constructor keeps the 128-token defaults).
+        layer.block_count, layer.block_topk = setup["block_count"], setup["block_topk"]
+        layer.sta_tile, layer.sta_window = tuple(setup["sta_tile"]), tuple(setup["sta_window"])
+        # The group twin (sort, one SDPA per group) instead of a dense block-diagonal mask at exactly
+        # 1,024 tokens: the same attention, about 15% less CPU per MoGA step (measured).
+        layer.moga_backend = "kernel"
+    config = TrainConfig(
+        steps=steps,
+        batch_size=setup["batch_size"],
+        lr=setup["lr"],
+        warmup=min(100, steps // 10),
+        frames=frames,
+        size=size,
+        seed=seed,
+    )
+    state = train(model, config)
+    started = time.process_time()
+    held = heldout_loss(model, clips=heldout_clips, frames=frames, size=size)
+    grid = model.token_grid(frames, size, size)
+    flops = score_flop_fraction(mode, grid, model.attention_layers()[0])
+    result: dict[str, Any] = {}
+    if mode == "moga":
+        result["moga_group_flop_fraction"] = _moga_group_flop_fraction(model, frames, size)
+        flops += result["moga_group_flop_fraction"]
+    result["eval_cpu_seconds"] = time.process_time() - started
+    return {
+        **result,
+        "mode": mode,
+        "tokens": grid[0] * grid[1] * grid[2],
+        "grid": list(grid),
+        "heldout_rf_loss": held["mean"],
+        "heldout_by_t": {k: v for k, v in held.items() if k != "mean"},
+        "heldout_clips": heldout_clips,
+        "score_flop_fraction": flops,
+        "steps": steps,
+        "seed": seed,
+        "batch_size": setup["batch_size"],
+        "train_cpu_seconds": state.cpu_seconds,
+        "train_wall_seconds": state.wall_seconds,
+        "final_rf_loss": statistics.fmean(r[1] for r in state.losses[-50:]),
+        "parameters": parameter_count(model),
         "device": str(device),
     }

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import check_zoo_cache, write_results
+from bench.verdicts import as_json as verdict_json
 from bench.video.cache import _load_or_compute, _static_judge_info, store
 from bench.video.measure import (
     _judge,
@@ -16,15 +17,19 @@ from bench.video.measure import (
     attention_case,
     evaluate,
     train_and_evaluate,
+    train_long_context,
 )
-from bench.video.report import report
+from bench.video.report import long_context_verdicts, report
 from bench.video.tiers import (
     EXTENDED_SEEDS,
     EXTENDED_STEPS,
+    LONG_CORE_MODES,
     PROMOE_CONFIGS,
     QUALITY_MODES,
     TIERS,
     _promoe_slug,
+    long_context_stamp,
+    long_context_tokens,
     training_device,
 )
 
@@ -147,6 +152,7 @@ def run(tier: str, results: Path, *, train_missing: bool = True, device: str | N
     data["quality"] = quality
 
     data["quality_extended"] = extended_quality(settings, compute=False)
+    data["long_context"] = long_context_study(settings, compute=train_missing, device=device)
     data["promoe"], data["static_judge"] = promoe_study(settings, compute=train_missing, device=device)
     data["promoe_extended"] = extended_promoe(settings, compute=False)
     if not (data["attention"] and data["quality"] and data["promoe"]):
@@ -154,6 +160,8 @@ def run(tier: str, results: Path, *, train_missing: bool = True, device: str | N
             f"the {tier} tier has no cached attention, quality or ProMoE runs to report; "
             f"run `python -m bench video --tier {tier}` first"
         )
+    # §2d's verdicts in the JSON too (the Markdown has every study's): the figures docs and issues quote.
+    data["long_context_verdicts"] = verdict_json(long_context_verdicts(data["long_context"]))
     write_results(results, "video", report(data), data)
 
 
@@ -199,6 +207,43 @@ def extended_promoe(
             if row is not None:
                 found.setdefault(seed, {})[label] = row
     return _complete_seeds(found, _started(found, tuple(PROMOE_CONFIGS)))
+
+
+def long_context_row(
+    settings: dict[str, Any], mode: str, seed: int, *, compute: bool, device: str
+) -> dict[str, Any] | None:
+    """One cached run of §2d: ``mode`` trained from scratch at 1,024 tokens per clip."""
+    steps = settings["long_steps"]
+    return _load_or_compute(
+        f"long-{long_context_tokens()}-{long_context_stamp()}-{mode}-s{seed}-{steps}",
+        lambda: train_long_context(
+            mode, steps=steps, seed=seed, heldout_clips=settings["long_heldout_clips"], device=device
+        ),
+        compute,
+    )
+
+
+def long_context_order(modes: tuple[str, ...], seeds: tuple[int, ...]) -> list[tuple[str, int]]:
+    """The runs of §2d in the order they train: full, MoGA + local and local for every seed first, then
+    the other baselines, each seed-major, so a study cut short still answers the card's main comparison."""
+    core = [m for m in modes if m in LONG_CORE_MODES]
+    rest = [m for m in modes if m not in LONG_CORE_MODES]
+    return [(mode, seed) for group in (core, rest) for seed in seeds for mode in group]
+
+
+def long_context_study(
+    settings: dict[str, Any], *, compute: bool, device: str | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """§2d: every pattern of the tier's ``long_modes`` × seed at 1,024 tokens, cached; with
+    ``compute=False`` only what is cached (a pattern with no run is left out)."""
+    device = training_device(device)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for mode, seed in long_context_order(tuple(settings["long_modes"]), tuple(settings["long_seeds"])):
+        row = long_context_row(settings, mode, seed, compute=compute, device=device)
+        if row is not None:
+            found.setdefault(mode, []).append(row)
+    # Table order: the tier's pattern order, whatever order the runs trained in.
+    return {m: sorted(found[m], key=lambda r: r["seed"]) for m in settings["long_modes"] if m in found}
 
 
 def report_from_cache(results: Path) -> None:

@@ -140,3 +140,87 @@ def test_the_cache_only_report_leaves_out_configurations_never_run_without_train
     # Race-DiT ran seed 0 only: seeds 1 and 2 drop for everyone; the activation rows never ran and are left out
     longer = video.extended_promoe(video.TIERS["quick"], compute=False)
     assert list(longer) == [*old, race] and all([r["seed"] for r in rows] == [0] for rows in longer.values())
+
+
+def _long(values_by_mode, tokens=1024, steps=360):
+    shared = {"train_cpu_seconds": 60.0, "tokens": tokens, "steps": steps, "batch_size": 8, "grid": [16, 8, 8],
+              "parameters": 43888, "heldout_clips": 64, "score_flop_fraction": 0.35}  # fmt: skip
+    return {
+        mode: [{**shared, "heldout_rf_loss": v, "final_rf_loss": v + 0.1, "seed": seed} for seed, v in enumerate(vs)]
+        for mode, vs in values_by_mode.items()
+    }
+
+
+def test_the_long_context_study_trains_at_least_a_thousand_tokens_per_clip_over_three_seeds():
+    from bench.video import TIERS, long_context_order
+    from bench.video.tiers import LONG_CORE_MODES, QUALITY_MODES, long_context_tokens
+
+    assert long_context_tokens() >= 1000
+    for tier in TIERS.values():
+        assert len(tier["long_seeds"]) >= 3 and set(LONG_CORE_MODES) <= set(tier["long_modes"])
+    assert set(TIERS["full"]["long_modes"]) == set(QUALITY_MODES)
+    order = long_context_order(("full", "moga", "local", "random", "sta"), (0, 1))
+    # every seed of the card's main comparison before any other baseline, seed-major within each group
+    assert order[:6] == [("full", 0), ("moga", 0), ("local", 0), ("full", 1), ("moga", 1), ("local", 1)]
+    assert order[6:] == [("random", 0), ("sta", 0), ("random", 1), ("sta", 1)]
+
+
+def test_the_score_flops_of_each_pattern_come_from_its_layout_at_the_long_context_grid():
+    from bench.video.measure import score_flop_fraction
+    from bench.video.tiers import LONG_CONTEXT
+    from mlcore.video.attention import VideoAttention
+
+    layer = VideoAttention(32, 2, window=(4, 2, 2), block_topk=LONG_CONTEXT["block_topk"],
+                           sta_tile=LONG_CONTEXT["sta_tile"], sta_window=LONG_CONTEXT["sta_window"])  # fmt: skip
+    grid = (16, 8, 8)
+    local = (16 + 64) / 1024  # the (4, 2, 2) window and the 8×8 frame
+    assert score_flop_fraction("local", grid, layer) == pytest.approx(local)
+    assert score_flop_fraction("random", grid, layer) == pytest.approx(local + 0.25)
+    assert score_flop_fraction("blocktopk", grid, layer) == pytest.approx(5 / 16)
+    assert score_flop_fraction("sta", grid, layer) == pytest.approx(45 / 128)
+    assert score_flop_fraction("full", grid, layer) == 1.0
+
+
+def test_one_long_context_run_records_its_tokens_cost_and_measured_moga_flops():
+    from bench.video.measure import train_long_context
+
+    row = train_long_context("moga", steps=1, seed=0, heldout_clips=2)
+    assert row["tokens"] == 1024 and row["grid"] == [16, 8, 8] and row["steps"] == 1
+    assert row["train_cpu_seconds"] > 0 and row["heldout_rf_loss"] > 0
+    assert row["score_flop_fraction"] == pytest.approx((16 + 64) / 1024 + row["moga_group_flop_fraction"])
+    assert 0.25 <= row["moga_group_flop_fraction"] <= 1.0
+
+
+def test_the_parity_claim_reports_the_long_context_interval_and_its_computed_verdict():
+    data = _data(moga_loss=0.2005, promoe_loss=0.25, time_ratio=0.5)
+    without = next(line for line in claims(data) if line.startswith("- MoGA + local ≈ full"))
+    assert "not measured at ≥ 1,000 tokens" in without and "barely matters" not in without
+    data["long_context"] = _long({"full": (0.30, 0.31, 0.32), "moga": (0.301, 0.309, 0.322),
+                                  "local": (0.35, 0.36, 0.37)})  # fmt: skip
+    lines = claims(data)
+    parity = next(line for line in lines if line.startswith("- MoGA + local ≈ full"))
+    assert "at 1,024 tokens (§2d, a tiny model, 360 steps)" in parity and "**inconclusive at this scale**" in parity
+    assert "barely matters" not in parity
+    row = _verdict_row(lines, "1,024 tokens: MoGA + local beats local")
+    assert "| 3 | +0.049" in row and "**inconclusive at this scale**" in row  # off the card's width and steps
+    note = next(line for line in lines if line.startswith("- 1,024 tokens: MoGA + local beats local"))
+    assert "width 32, 2 blocks, 360 steps" in note and "in favour of moga" in note
+    assert _verdict_row(lines, "1,024 tokens: MoGA + local ≈ full")
+
+
+def test_the_long_context_section_reads_the_cache_only_and_leaves_out_patterns_never_run(tmp_path, monkeypatch):
+    from bench import video
+
+    monkeypatch.setattr(video.cache, "CACHE", tmp_path / "video")
+    monkeypatch.setattr(video.study, "train_long_context", lambda *a, **k: pytest.fail("the report-only path trained"))
+    settings = video.TIERS["full"]
+    stamp, steps = video.tiers.long_context_stamp(), settings["long_steps"]
+    for mode, rows in _long({"full": (0.30, 0.31, 0.32), "moga": (0.30, 0.31, 0.32)}, steps=steps).items():
+        for row in rows:
+            video.store().put(f"long-1024-{stamp}-{mode}-s{row['seed']}-{steps}", row)
+    found = video.long_context_study(settings, compute=False)
+    assert list(found) == ["full", "moga"] and [r["seed"] for r in found["moga"]] == [0, 1, 2]
+    section = "\n".join(video.long_context_section(found))
+    assert (
+        "## 2d. Quality at 1,024 tokens per clip" in section and "| moga | 0.35 (measured) | 0.3100 ± 0.0100" in section
+    )
