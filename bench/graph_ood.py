@@ -277,7 +277,7 @@ def _spread(usage: list[list[list[float]]]) -> float:
 
 def _ood_id(row: dict[str, Any]) -> str:
     """Mean OOD-test / ID-validation accuracy of a row."""
-    known = [v for v in row["id_val"] if v is not None]
+    known = [v for v in row.get("id_val", ()) if v is not None]  # results written before ID was recorded: —
     return f"{statistics.fmean(row['ood_test']):.3f} / " + (f"{statistics.fmean(known):.3f}" if known else "—")
 
 

@@ -7,18 +7,22 @@
    rank; LD-MoLE's expert count and λ width); the full tier adds fixed sparsemax (λ = 0) and
    LD-MoLE without its sparsity loss. Accuracy per level, active experts per token, zero-expert rate.
 2. **RoMA** (card ``roma.md``, section 4): a tiny MoE classifier (4 MoE layers, 8 experts, top-2)
-   pre-trained on a multi-task set whose task is implicit; base, CE-only router tuning, RoMA,
-   C3PO-lite and the per-sample oracle on an i.i.d. and a shifted split; fraction of the oracle
-   gap closed; k-NN overlap of embedding and routing spaces.
-   The same study then runs on the zoo's ``moe-lm-tiny`` (a Qwen3-MoE LM, adapted through
-   :mod:`mlcore.hf`) with the tasks as text prompts, as the ``router-align`` job runs it.
+   on a multi-task set whose task is implicit; base, CE-only router tuning, RoMA (neighbour
+   targets recomputed from the routers being tuned; the base model's fixed targets as an
+   ablation), C3PO-lite and the per-sample oracle on an i.i.d. and a shifted split; fraction of
+   the oracle gap closed; k-NN overlap of embedding and routing spaces. The headline setting
+   (:mod:`mlcore.roma.specialist`) gives the claim room: task-specialised experts behind routers
+   taught on one phrasing of each task, tested on all three, so the base is 15–20 points below
+   the oracle; five seeds. The earlier settings (a classifier pre-trained end to end, then the
+   zoo's ``moe-lm-tiny`` and a Qwen3-MoE trained on the prompts, adapted through :mod:`mlcore.hf`
+   as the ``router-align`` job runs them) leave 2–5 points and ran with fixed targets.
 3. **Graph OOD** (the third routing method) has its own benchmark, ``python -m bench graph``
    (``bench/results/graph.md``); this page summarises its current results file rather than
    embedding a copy that goes stale.
 
-Three seeds. Every finished configuration is a row of ``bench/cache/routing.jsonl`` so an
-interrupted run resumes. CPU seconds (process time) are reported beside wall time because the
-benchmark machine is shared.
+Three seeds (five in the RoMA headroom setting). Every finished configuration is a row of
+``bench/cache/routing.jsonl`` so an interrupted run resumes. CPU seconds (process time) are
+reported beside wall time because the benchmark machine is shared.
 """
 
 from __future__ import annotations
@@ -44,6 +48,16 @@ TIERS: dict[str, dict[str, Any]] = {
         "embeddings": ("hidden-mean",),
         "roma_lm": {"train_examples": 300, "test_examples": 150, "oracle_steps": 15},
         "pretrain_steps_lm": 300,
+        "roma_specialist": {
+            "pretrain_steps": 400,
+            "train_examples": 300,
+            "test_examples": 400,
+            "oracle_steps": 15,
+            "epochs": 10,
+            "layers": (2,),
+            "embeddings": ("tfidf-svd-thesaurus",),
+            "seeds": (0, 1, 2),
+        },
     },
     "full": {
         "routings": ("lora", "top1", "top2", "relu", "sparsemax", "ld-mole", "ld-mole-nosparsity"),
@@ -53,6 +67,16 @@ TIERS: dict[str, dict[str, Any]] = {
         "embeddings": ("hidden-mean", "tfidf-svd"),
         "roma_lm": {"train_examples": 800, "test_examples": 400, "oracle_steps": 30},
         "pretrain_steps_lm": 600,
+        "roma_specialist": {
+            "pretrain_steps": 600,
+            "train_examples": 300,
+            "test_examples": 800,
+            "oracle_steps": 30,
+            "epochs": 10,
+            "layers": (2, 4),
+            "embeddings": ("tfidf-svd-thesaurus", "hidden-mean"),
+            "seeds": (0, 1, 2, 3, 4),
+        },
     },
 }
 
@@ -303,6 +327,125 @@ def _study_record(out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Bumped when the headroom setting's recipe changes, so its cached rows are not reused.
+SPECIALIST_VERSION = 1
+
+
+def roma_specialist_section(tier: str) -> tuple[str, dict[str, Any]]:
+    """RoMA where the base's errors are its routers' (:mod:`mlcore.roma.specialist`): the headline
+    test of the claim, with live neighbour targets and the fixed ones as an ablation, tuning the
+    routers of the last 2 MoE layers (the card's "last layers") and of all 4 (both declared up front)."""
+    import torch
+
+    from mlcore.roma.model import MoEClassifierConfig
+    from mlcore.roma.roma import AlignConfig, StudyConfig, run_study
+    from mlcore.roma.specialist import SpecialistConfig, base_diagnostics, pretrain_specialists, specialist_sets
+
+    settings = TIERS[tier]["roma_specialist"]
+    torch.set_num_threads(1)
+    model_config = MoEClassifierConfig()
+    studies: dict[str, list[dict[str, Any]]] = {}
+    bases: dict[tuple[int, int], Any] = {}
+    for layers in settings["layers"]:
+        for embedding in settings["embeddings"]:
+            subject = f"{embedding}, last {layers} layers"
+            for seed in settings["seeds"]:
+                specialist = SpecialistConfig(routed_layers=layers, steps=settings["pretrain_steps"], seed=seed)
+                align = AlignConfig(layers=layers, epochs=settings["epochs"], warmup=20, seed=seed)
+                config = StudyConfig(
+                    train_examples=settings["train_examples"],
+                    test_examples=settings["test_examples"],
+                    embedding=embedding,
+                    align=align,
+                    oracle_steps=settings["oracle_steps"],
+                    seed=seed,
+                    target_ablations=("fixed",),
+                )
+                key = (
+                    f"roma-specialist-v{SPECIALIST_VERSION}-{specialist.variant}-L{layers}-{embedding}"
+                    f"-p{specialist.steps}-n{config.train_examples}-t{config.test_examples}-o{config.oracle_steps}"
+                    f"-e{align.epochs}-seed{seed}"
+                )
+
+                def compute(config: StudyConfig = config, specialist: SpecialistConfig = specialist) -> dict[str, Any]:
+                    built = (specialist.routed_layers, specialist.seed)
+                    if built not in bases:
+                        bases[built] = pretrain_specialists(model_config, specialist)
+                    base = bases[built]
+                    train, splits = specialist_sets(
+                        specialist,
+                        config.train_examples,
+                        config.test_examples,
+                        specialist.seed,
+                        shifted_length=model_config.max_length - 1,
+                    )
+                    out = run_study(base, train, splits, config)
+                    models = {"base": base, **out["models"]}
+                    diagnostics = {
+                        split: {name: base_diagnostics(model, data, specialist) for name, model in models.items()}
+                        for split, data in splits.items()
+                    }
+                    return _study_record(out) | {"diagnostics": diagnostics}
+
+                studies.setdefault(subject, []).append(_cached(key, compute))
+                print(f"roma specialist {subject} seed {seed}: {studies[subject][-1]['iid']['accuracy']}", flush=True)
+    specialist = SpecialistConfig(steps=settings["pretrain_steps"])
+    stale = ", ".join(str(s) for s in specialist.stale_synonyms)
+    intro = (
+        "## RoMA: router alignment where the routers are wrong (headroom setting)\n\n"
+        "The earlier settings (below) leave the oracle 2–5 points above the base, less than the claimed gain, "
+        "because their errors are the experts'. Here they are the routers' (`mlcore.roma.specialist`): a tiny MoE "
+        "classifier (4 MoE layers, 8 experts, top-2) pre-trained "
+        f"{specialist.steps} steps on {' / '.join(specialist.tasks)} of 8 digits, the task given only by a marker "
+        "word (three synonyms per task) at a random position. In pre-training the last L MoE layers route the last "
+        "token to its task's pair of experts, so those experts specialise, and the routers learn that routing, "
+        f"except that for synonym {stale} of each task they are taught the next task's experts (a stale "
+        f"assignment; label-smoothed targets, {specialist.router_smoothing:.0%} spread over all experts, keep them "
+        "soft). The router-tuning and test splits use the three synonyms equally, so a third of the inputs go to "
+        "the wrong specialists; the oracle ("
+        f"{settings['oracle_steps']} Adam steps on each test item's own routing, the paper's procedure) can still "
+        f"answer them. The same L routers are then tuned ({settings['train_examples']} training examples, "
+        f"{settings['epochs']} epochs of batch 32, AdamW lr 3e-3, k = 5, σ = 0.4, λ = 0.8 after a 20-step ramp); "
+        "CE-only is the same with λ = 0. The routers renormalise their top-2 weights, so cross-entropy reaches "
+        "only the two chosen experts' logits, while the manifold term acts on all eight probabilities. "
+        "L = 2 (the card tunes the last layers) and L = 4 (every MoE layer) were "
+        "both declared before any seed ran: in single-seed trials the two went opposite ways. RoMA's neighbour "
+        "targets r_j are recomputed from the routers being tuned at every step (**live**, no gradient through "
+        "them): the paper describes r_j as the successful neighbours' routing weights without saying which router "
+        "gives them during tuning, and the public script stores the base model's routing, which is the **fixed** "
+        "ablation row. Embeddings: `tfidf-svd-thesaurus` (TF-IDF + SVD with the synonyms of a task read as one "
+        "word: the offline stand-in for the paper's sentence encoder, which knows that 'final' means 'last') and "
+        "`hidden-mean` (the base model's own hidden states, which follow its routing). Seeds "
+        f"{list(settings['seeds'])}; mean ± sd over seeds; {settings['test_examples']} test items per split "
+        f"({settings['test_examples'] // len(specialist.tasks)} per task) for every method."
+    )
+    intro += "\n\n" + _specialist_diagnostics(studies)
+    return _roma_tables(intro, studies, heading="`{key}`")
+
+
+def _specialist_diagnostics(studies: dict[str, list[dict[str, Any]]]) -> str:
+    """How mis-specialised the base is and what tuning did to it: per synonym, the share of i.i.d.
+    test items routed to their own task's experts in every tuned layer, and the accuracy."""
+    lines = [
+        "Routing per marker synonym, i.i.d. split (mean over seeds): the share of test items whose top-2 experts "
+        "are their own task's pair in every tuned layer, and the accuracy (share routed / accuracy).",
+        "",
+        "| subject | synonym | routers taught | base | ce_only | roma (live) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for subject, results in studies.items():
+        rows = [r["diagnostics"]["iid"] for r in results]
+        for synonym, first in enumerate(rows[0]["base"]["per_synonym"]):
+            taught = "next task's experts" if first.get("stale") else "its task's experts"
+            cells = []
+            for model in ("base", "ce_only", "roma"):
+                per = [r[model]["per_synonym"][synonym] for r in rows]
+                routed = statistics.mean(p["routed"] for p in per)
+                cells.append(f"{routed:.2f} / {statistics.mean(p['accuracy'] for p in per):.3f}")
+            lines.append(f"| `{subject}` | {synonym} | {taught} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def roma_section(tier: str) -> tuple[str, dict[str, Any]]:
     import torch
 
@@ -315,7 +458,9 @@ def roma_section(tier: str) -> tuple[str, dict[str, Any]]:
     bases: dict[int, Any] = {}
     for embedding in settings["embeddings"]:
         for seed in SEEDS:
-            config = StudyConfig(**settings["roma"], embedding=embedding, align=AlignConfig(seed=seed), seed=seed)
+            # These rows ran before the targets followed the tuned routers: they stay the fixed-target variant.
+            align = AlignConfig(seed=seed, targets="fixed")
+            config = StudyConfig(**settings["roma"], embedding=embedding, align=align, seed=seed)
             key = f"roma-{embedding}-p{settings['pretrain_steps']}-n{config.train_examples}-seed{seed}"
 
             def compute(config: StudyConfig = config, seed: int = seed) -> dict[str, Any]:
@@ -328,13 +473,15 @@ def roma_section(tier: str) -> tuple[str, dict[str, Any]]:
             studies.setdefault(embedding, []).append(_cached(key, compute))
             print(f"roma {embedding} seed {seed}: {studies[embedding][-1]['iid']['accuracy']}", flush=True)
     intro = (
-        "## RoMA: router alignment on a multi-task MoE\n\n"
+        "### RoMA, earlier setting: a classifier pre-trained end to end (fixed neighbour targets)\n\n"
         "Tiny MoE classifier (4 MoE layers, 8 experts, top-2) pre-trained "
         f"{settings['pretrain_steps']} steps on first / last / max / (first+last) mod 10 with the task given only "
         "by a marker synonym at a random position; routers of the last 2 layers tuned (k = 5, σ = 0.4, λ = 0.8, "
-        "3 epochs); oracle = per-sample routing optimised on the sample's own label. Mean ± sd over seeds."
+        "3 epochs); oracle = per-sample routing optimised on the sample's own label. Mean ± sd over seeds. "
+        "Its errors are mostly the experts' (the (first+last) mod 10 task), so the oracle is only 2–5 points "
+        "above the base. These rows ran with the neighbours' targets **fixed** to the base model's routing."
     )
-    return _roma_tables(intro, studies)
+    return _roma_tables(intro, studies, targets="fixed")
 
 
 def roma_lm_section(tier: str) -> tuple[str, dict[str, Any]]:
@@ -360,7 +507,7 @@ def roma_lm_section(tier: str) -> tuple[str, dict[str, Any]]:
     studies: dict[str, list[dict[str, Any]]] = {}
     for name, build in subjects.items():
         for seed in SEEDS:
-            align = AlignConfig(seed=seed, warmup=10)
+            align = AlignConfig(seed=seed, warmup=10, targets="fixed")  # as these rows ran (see roma_section)
             config = StudyConfig(**settings["roma_lm"], embedding="hidden-mean", align=align, seed=seed)
             steps = f"-p{settings['pretrain_steps_lm']}" if name.startswith("trained") else ""
             key = f"roma-lm-{name}{steps}-n{config.train_examples}-o{config.oracle_steps}-seed{seed}"
@@ -372,27 +519,49 @@ def roma_lm_section(tier: str) -> tuple[str, dict[str, Any]]:
             studies.setdefault(name, []).append(_cached(key, compute))
             print(f"roma {name} seed {seed}: {studies[name][-1]['iid']['accuracy']}", flush=True)
     intro = (
-        "### RoMA on Hugging Face MoE LMs (through `mlcore.hf`, as the `router-align` job runs them)\n\n"
+        "### RoMA, earlier setting: Hugging Face MoE LMs (through `mlcore.hf`, as the `router-align` job runs "
+        "them; fixed neighbour targets)\n\n"
         "The same tasks as prompts (`3 8 final 4 … 9 = `), scored as multiple choice over the next-token logits of "
         "the digits 0–9 (chance 0.10); embedding = mean-pooled hidden states; routers of the last 2 MoE layers tuned "
         "(k = 5, σ = 0.4, λ = 0.8 after a 10-step ramp, 3 epochs), everything else frozen. "
         f"`trained-qwen3-moe`: a Qwen3-MoE (d = 64, 4 MoE layers, 8 experts, top-2) trained from scratch for "
         f"{settings['pretrain_steps_lm']} steps on the task prompts (per seed). `zoo-moe-lm-tiny`: the zoo's "
-        "Qwen3-MoE LM (16 experts, top-2), trained on English and Python text only, so it sits at chance here."
+        "Qwen3-MoE LM (16 experts, top-2), trained on English and Python text only, so it sits at chance here. "
+        "The neighbours' targets were **fixed** to the base model's routing in these rows."
     )
-    return _roma_tables(intro, studies, heading="`{key}`, `hidden-mean` embedding")
+    return _roma_tables(intro, studies, heading="`{key}`, `hidden-mean` embedding", targets="fixed")
+
+
+#: Method rows of the RoMA tables, in order; a row shows where the study ran it.
+ROMA_METHODS = ("base", "ce_only", "roma", "roma_fixed", "c3po_lite", "oracle")
+ROMA_LABELS = {
+    "ce_only": "ce_only (λ = 0)",
+    "roma": "roma (live targets)",
+    "roma_fixed": "roma, fixed targets (ablation)",
+}
 
 
 def _roma_tables(
-    intro: str, studies: dict[str, list[dict[str, Any]]], *, heading: str = "`{key}` embedding"
+    intro: str,
+    studies: dict[str, list[dict[str, Any]]],
+    *,
+    heading: str = "`{key}` embedding",
+    targets: str = "live",
 ) -> tuple[str, dict[str, Any]]:
-    methods = ("base", "ce_only", "roma", "c3po_lite", "oracle")
     lines = [intro, ""]
     data: dict[str, Any] = {}
     for embedding, results in studies.items():
         for split in ("iid", "shifted"):
+            methods = [m for m in ROMA_METHODS if m in results[0][split]["accuracy"]]
+            labels = ROMA_LABELS if targets == "live" else {"roma": f"roma ({targets} targets)"}
+            gaps = [r[split]["accuracy"]["oracle"] - r[split]["accuracy"]["base"] for r in results]
+            examples = results[0][split].get("examples")
             lines += [
-                f"**{split}** split, {heading.format(key=embedding)}:",
+                f"**{split}** split, {heading.format(key=embedding)}"
+                + (f", {examples} test items per seed" if examples else "")
+                + f"; oracle gap (oracle − base) **{statistics.mean(gaps):.3f}**"
+                + (f" (per seed {min(gaps):.3f}–{max(gaps):.3f})" if len(gaps) > 1 else "")
+                + ":",
                 "",
                 "| method | accuracy | oracle gap closed | k-NN overlap (emb. vs routing) |",
                 "|---|---|---|---|",
@@ -415,17 +584,35 @@ def _roma_tables(
                     "knn_overlap": overlap,
                 }
                 lines.append(
-                    f"| {method} | {_mean_sd(acc)} | {_mean_sd(gap) if gap else '–'} | "
+                    f"| {labels.get(method, method)} | {_mean_sd(acc)} | {_mean_sd(gap) if gap else '–'} | "
                     f"{_mean_sd(overlap) if overlap else '–'} |"
                 )
+            data[embedding][split]["oracle_gap"] = gaps
+            if examples:
+                data[embedding][split]["examples"] = examples
+            if "roma_fixed" in methods:
+                lines += ["", _ablation_line(data[embedding][split])]
             lines.append("")
         first = results[0]["regulariser_first_last"]
         lines.append(
-            f"Regulariser (live routers), seed 0: {first[0]:.4f} at the first step → {first[1]:.4f} at the last."
+            f"Regulariser (live routers, {targets} targets), seed 0: {first[0]:.4f} at the first step → "
+            f"{first[1]:.4f} at the last."
         )
         lines.append("")
-    lines.append(_roma_verdict(data))
+    lines.append(_roma_verdict(data, targets=targets))
     return "\n".join(lines), data
+
+
+def _ablation_line(split: dict[str, Any]) -> str:
+    """The fixed-target ablation against live RoMA, paired by seed (a description, not a claim)."""
+    from bench.verdicts import paired
+
+    pairs = paired(split["roma_fixed"]["accuracy"], split["roma"]["accuracy"], higher_is_better=True)
+    low, high = pairs.interval()
+    return (
+        f"Fixed targets − live targets, paired by seed: {pairs.mean:+.3f} [{low:+.3f}, {high:+.3f}] "
+        f"(95% interval, {pairs.n} seeds)."
+    )
 
 
 #: Card §1: a third-party summary reports +7–15% (to check), read as relative to a base near 0.75:
@@ -437,38 +624,53 @@ ROMA_OFF_SCALE = {
 }
 
 
+#: RoMA's two claims, as (statement, the baseline it is judged against): the regulariser's own
+#: contribution (card §4: RoMA > CE-only), and the paper's headline gain over the pretrained routers.
+ROMA_CLAIMS = (
+    ("RoMA beats router tuning without the regulariser", "ce_only"),
+    ("RoMA beats the base routers", "base"),
+)
+
+
 def roma_claims(data: dict[str, Any]) -> list[Any]:
-    """RoMA against its best baseline (base, CE-only or C3PO-lite) on each split, paired by seed;
-    the ceiling is the per-sample oracle routing's accuracy."""
+    """RoMA against CE-only router tuning and against the base on each split, paired by seed; the
+    ceiling is the per-sample oracle routing's accuracy, so the headroom of the claim against the
+    base is the oracle gap itself."""
     from bench.verdicts import Claim, judge
 
     verdicts = []
     for subject, splits in data.items():
         for split, d in splits.items():
-            baselines = [m for m in ("base", "ce_only", "c3po_lite") if m in d]
-            best = max(baselines, key=lambda m: statistics.mean(d[m]["accuracy"]))
-            claim = Claim(
-                f"`{subject}`, {split}: RoMA beats router tuning without the regulariser",
-                "accuracy",
-                ROMA_EFFECT,
-                "card §1: +7–15% (third-party, to check) ≈ 5 points",
-                ceiling=statistics.mean(d["oracle"]["accuracy"]),
-                off_scale=ROMA_OFF_SCALE.get(subject),
-            )
-            verdicts.append(judge(claim, ("roma", d["roma"]["accuracy"]), (best, d[best]["accuracy"])))
+            for statement, baseline in ROMA_CLAIMS:
+                if baseline not in d:
+                    continue
+                claim = Claim(
+                    f"`{subject}`, {split}: {statement}",
+                    "accuracy",
+                    ROMA_EFFECT,
+                    "card §1: +7–15% (third-party, to check) ≈ 5 points",
+                    ceiling=statistics.mean(d["oracle"]["accuracy"]),
+                    off_scale=ROMA_OFF_SCALE.get(subject),
+                )
+                verdicts.append(judge(claim, ("roma", d["roma"]["accuracy"]), (baseline, d[baseline]["accuracy"])))
     return verdicts
 
 
-def _roma_verdict(data: dict[str, Any]) -> str:
-    """The verdicts on RoMA's claim, from paired intervals (``bench.verdicts``)."""
+def _roma_verdict(data: dict[str, Any], *, targets: str = "live") -> str:
+    """The verdicts on RoMA's claims, from paired intervals (``bench.verdicts``)."""
     from bench.verdicts import notes, table
 
     verdicts = roma_claims(data)
+    anchor = (
+        "the neighbours' targets follow the routers being tuned (recomputed at every step)"
+        if targets == "live"
+        else "the neighbour targets are fixed to the base model's routing, so the regulariser anchors the routers "
+        "near where they start"
+    )
     return "\n".join(
         [
-            "RoMA's claim (card §4: RoMA > CE-only ≥ base, closing part of the oracle gap of 10–20 points), judged "
-            "by `bench.verdicts` (paired by seed; headroom = oracle − best baseline; the neighbour targets are "
-            "fixed to the base model's routing, so the regulariser anchors the routers near where they start):",
+            "RoMA's claims (card §4: RoMA > CE-only ≥ base, closing part of the oracle gap of 10–20 points), judged "
+            f"by `bench.verdicts` (paired by seed; headroom = oracle − the baseline; {anchor}):",
             "",
             *table(verdicts),
             "",
@@ -531,7 +733,7 @@ def run(
     cached_only: tuple[str, ...] = (),
 ) -> None:
     """Write ``routing.md`` / ``.json`` for ``tier``; ``section_tiers`` runs named sections
-    (``ld_mole``, ``ld_mole_lm``, ``roma``, ``roma_lm``) at other tiers, or at several (e.g.
+    (``ld_mole``, ``ld_mole_lm``, ``roma_specialist``, ``roma``, ``roma_lm``) at other tiers, or at several (e.g.
     ``{"roma": "full", "ld_mole": ("quick", "full")}``); each such section's heading then says its
     tier, and a section's second tier goes to ``<section>_<tier>`` in the JSON. ``cached_only`` names
     LD-MoLE sections as ``<section>_<tier>`` (e.g. ``ld_mole_lm_full``) to build from the configurations
@@ -539,6 +741,7 @@ def run(
     sections_of = (
         ("ld_mole", lora_section),
         ("ld_mole_lm", lora_lm_section),
+        ("roma_specialist", roma_specialist_section),
         ("roma", roma_section),
         ("roma_lm", roma_lm_section),
     )
@@ -578,6 +781,7 @@ def run(
 REPORTED_SECTIONS: dict[str, str | tuple[str, ...]] = {
     "ld_mole": ("quick", "full"),
     "ld_mole_lm": ("quick", "full"),
+    "roma_specialist": "full",
     "roma": "full",
     "roma_lm": "full",
 }

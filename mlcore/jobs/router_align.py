@@ -60,7 +60,9 @@ last *L* MoE layers were then trained, two ways:
 **CE-only** (cross-entropy) and **RoMA** (cross-entropy + λ·Σⱼ Wᵢⱼ‖rᵢ − rⱼ‖², pulling each sample's
 last-token routing rᵢ toward its *k* nearest *successful* neighbours in a task-embedding space,
 Wᵢⱼ a Gaussian kernel on cosine distance). rᵢ is computed from the live routers, so the regulariser
-has a gradient (the *Regulariser* curve must move; the public reference script's stays constant).
+has a gradient (the *Regulariser* curve must move; the public reference script's stays constant). The
+neighbours' rⱼ follow the routers being tuned by default (*targets* = live); *fixed* keeps the base
+model's, which holds the routers near where they started.
 
 **Charts.**
 - *Accuracy*: base, CE-only, RoMA, C3PO-lite (test-time mixing of the neighbours' routing, no
@@ -166,7 +168,7 @@ spec = JobSpec(
         "Post-train only the last routers so each sample routes like its successful neighbours; "
         "compare with CE-only, C3PO-lite and the oracle."
     ),
-    version=2,
+    version=3,  # 3: the neighbours' targets follow the tuned routers by default (targets = live)
     queue="gpu",
     soft_time_limit=2 * 3600,
     time_limit=2 * 3600 + 300,
@@ -211,9 +213,10 @@ spec = JobSpec(
         Int(name="layers", default=2, min=1, max=64, help="Tune the routers of the last this-many MoE layers."),
         Choice(
             name="targets",
-            default="fixed",
-            options=("fixed", "recomputed"),
-            help="Neighbours' routing vectors from the base model, or recomputed from the tuned model each epoch.",
+            default="live",
+            options=("live", "fixed", "recomputed"),
+            help="Neighbours' routing vectors from the routers being tuned at every step (live), from the base "
+            "model (fixed: anchors the routers where they started), or recomputed from the tuned model each epoch.",
         ),
         Int(name="epochs", default=3, min=1, max=100, help="Router-tuning epochs."),
         Float(name="lr", default=3e-3, min=1e-6, max=1.0, help="AdamW learning rate for the routers."),

@@ -10,6 +10,10 @@ Method (card section 2):
 3. Loss: L = CE + λ(t)·Σ_j W_ij‖r_i − r_j‖², λ ramped linearly to its value over a warm-up.
    r_i comes from the LIVE routers in the forward pass: the public script reads stored
    routing weights instead, so its regulariser has no gradient (card, "Do this instead").
+   The neighbours' r_j (``AlignConfig.targets``): ``live`` (the default) recomputes them from the
+   routers being tuned at every step, without gradient, so the targets follow the tuned routers;
+   ``fixed`` keeps the base model's r_j (what the public script stores), which anchors the routers
+   near where they started; ``recomputed`` refreshes them once per epoch.
 4. Only the router weights of the last L layers train.
 
 Baselines: the base model; CE-only router tuning (λ = 0, same parameters and schedule);
@@ -29,10 +33,13 @@ import torch
 from torch import Tensor, nn
 
 from mlcore.roma.model import MoEClassifier, MoEClassifierConfig
-from mlcore.roma.tasks import as_text, multitask_set
+from mlcore.roma.tasks import MultiTaskSet, as_text, multitask_set
 from mlcore.train import warmup_cosine_scheduler
 
-EMBEDDINGS: tuple[str, ...] = ("tfidf-svd", "hidden-mean")
+#: ``tfidf-svd-thesaurus`` reads every synonym of a task as one word (built-in digit tasks only).
+EMBEDDINGS: tuple[str, ...] = ("tfidf-svd", "hidden-mean", "tfidf-svd-thesaurus")
+#: Where the neighbours' routing vectors r_j come from while the routers are tuned (see the docstring).
+TARGETS: tuple[str, ...] = ("live", "fixed", "recomputed")
 #: Rows per evaluation forward pass.
 CHUNK = 256
 
@@ -124,18 +131,29 @@ def pretrain(
 
 
 # -- embeddings, routing vectors and neighbours ------------------------------------------------
-def tfidf_svd_embedder(train: Any, dims: int = 16, seed: int = 0) -> Callable[[Any], Tensor]:
+def tfidf_svd_embedder(
+    train: Any, dims: int = 16, seed: int = 0, *, thesaurus: bool = False
+) -> Callable[[Any], Tensor]:
     """TF-IDF over the example's words (unigrams and bigrams), reduced by truncated SVD; fitted on
-    the training split and applied to any split."""
+    the training split and applied to any split. ``thesaurus``: the synonyms of a task read as one
+    word, the offline stand-in for the paper's sentence encoder, which knows that "final" and
+    "last" ask the same thing (built-in digit task sets only)."""
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
 
+    def texts(data: Any) -> list[str]:
+        if not thesaurus:
+            return data.texts()
+        if not isinstance(data, MultiTaskSet):
+            raise ValueError("the tfidf-svd-thesaurus embedding reads only the built-in digit task sets")
+        return data.texts(thesaurus=True)
+
     vectorizer = TfidfVectorizer(token_pattern=r"\S+", ngram_range=(1, 2))
-    matrix = vectorizer.fit_transform(train.texts())
+    matrix = vectorizer.fit_transform(texts(train))
     svd = TruncatedSVD(n_components=min(dims, matrix.shape[1] - 1), random_state=seed).fit(matrix)
 
     def embed(data: Any) -> Tensor:
-        return torch.tensor(svd.transform(vectorizer.transform(data.texts())), dtype=torch.float32)
+        return torch.tensor(svd.transform(vectorizer.transform(texts(data))), dtype=torch.float32)
 
     return embed
 
@@ -224,13 +242,14 @@ class AlignConfig:
     batch_size: int = 32
     lr: float = 3e-3
     weight_decay: float = 0.01
-    #: ``fixed``: neighbours' r_j from the base model; ``recomputed``: refreshed each epoch.
-    targets: str = "fixed"
+    #: The neighbours' r_j: ``live`` from the routers being tuned, at every step (no gradient);
+    #: ``fixed`` from the base model; ``recomputed`` from the tuned routers once per epoch.
+    targets: str = "live"
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.targets not in ("fixed", "recomputed"):
-            raise ValueError(f"targets must be 'fixed' or 'recomputed', got {self.targets!r}")
+        if self.targets not in TARGETS:
+            raise ValueError(f"targets must be one of {TARGETS}, got {self.targets!r}")
 
 
 @dataclass
@@ -282,10 +301,14 @@ def align_routers(
         order = torch.randperm(len(train), generator=generator)
         for start in range(0, len(train), config.batch_size):
             batch = order[start : start + config.batch_size]
+            if config.targets == "live" and config.lam > 0:
+                neighbour_r = live_targets(model, train, success, index[batch], layers)
+            else:
+                neighbour_r = targets[index[batch]]
             logits = model.classify(train.subset(batch))
             ce = nn.functional.cross_entropy(logits, train.labels[batch].to(logits.device))
             r = model.last_token_probs(layers, len(batch))  # live: the regulariser's gradient reaches W_g
-            reg = manifold_loss(r, targets[index[batch]], weights[batch])
+            reg = manifold_loss(r, neighbour_r.to(r.device), weights[batch])
             lam = config.lam * min(1.0, (step + 1) / max(1, config.warmup))
             loss = ce.to(reg.device) + lam * reg
             optimizer.zero_grad(set_to_none=True)
@@ -298,6 +321,20 @@ def align_routers(
             step += 1
     model.eval()
     return result
+
+
+def live_targets(model: Subject, train: Any, success: Tensor, index: Tensor, layers: list[int]) -> Tensor:
+    """The neighbours' routing vectors under the routers as they are now: r_j for each bank
+    position in ``index`` [B, k] (positions in S, whose training rows are ``success``), [B, k, D].
+
+    Computed without gradient: the successful neighbours are the anchors a sample is pulled to,
+    and a gradient through r_j would also pull them toward the sample. Each distinct neighbour is
+    run once (a batch's neighbourhoods overlap)."""
+    unique, inverse = torch.unique(index, return_inverse=True)
+    with torch.no_grad():
+        model.classify(train.subset(success[unique]))
+        r = model.last_token_probs(layers, len(unique))
+    return r[inverse.to(r.device)]
 
 
 def c3po_lite(
@@ -358,6 +395,17 @@ class StudyConfig:
     oracle_steps: int = 30
     overlap_k: int = 10
     seed: int = 0
+    #: Other neighbour-target modes to run as labelled ablations (``roma_<mode>`` rows), e.g. ("fixed",).
+    target_ablations: tuple[str, ...] = ()
+
+
+def embedder(name: str, base: Subject, train: Any, seed: int) -> Callable[[Any], Tensor]:
+    """The task-embedding function ``name`` (one of :data:`EMBEDDINGS`), fitted on ``train``."""
+    if name == "hidden-mean":
+        return hidden_mean_embedder(base)
+    if name in ("tfidf-svd", "tfidf-svd-thesaurus"):
+        return tfidf_svd_embedder(train, seed=seed, thesaurus=name.endswith("thesaurus"))
+    raise ValueError(f"embedding must be one of {EMBEDDINGS}, got {name!r}")
 
 
 def gap_closed(acc: float, base: float, oracle: float) -> float:
@@ -386,36 +434,41 @@ def run_study(
     *,
     log: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    """Base, CE-only, RoMA, C3PO-lite and the oracle, tuned on ``train`` and scored on each of ``splits``."""
+    """Base, CE-only, RoMA, C3PO-lite and the oracle, tuned on ``train`` and scored on each of
+    ``splits``; RoMA with each of ``config.target_ablations``' neighbour targets too (``roma_<mode>``)."""
     if config.embedding not in EMBEDDINGS:
         raise ValueError(f"embedding must be one of {EMBEDDINGS}, got {config.embedding!r}")
-    embed = (
-        tfidf_svd_embedder(train, seed=config.seed) if config.embedding == "tfidf-svd" else hidden_mean_embedder(base)
-    )
+    unknown = set(config.target_ablations) - set(TARGETS)
+    if unknown:
+        raise ValueError(f"target ablations must be among {TARGETS}, got {sorted(unknown)}")
+    embed = embedder(config.embedding, base, train, config.seed)
     train_emb = embed(train)
     layers = last_layers(base, config.align.layers)
     a = config.align
     log(f"{len(train)} training samples; tuning the routers of MoE layers {layers}")
     roma = align_routers(base, train, train_emb, a)
     ce_only = align_routers(base, train, train_emb, AlignConfig(**{**vars(a), "lam": 0.0}))
+    tuned = {"ce_only": ce_only.model, "roma": roma.model}
+    for mode in config.target_ablations:
+        tuned[f"roma_{mode}"] = align_routers(base, train, train_emb, AlignConfig(**{**vars(a), "targets": mode})).model
     bank_r, correct = routing_vectors(base, train, layers)
-    out: dict[str, Any] = {"successful": roma.successful, "layers": layers, "regulariser": roma.regulariser}
+    out: dict[str, Any] = {
+        "successful": roma.successful,
+        "layers": layers,
+        "regulariser": roma.regulariser,
+        "targets": a.targets,
+    }
     for name, data in splits.items():
         emb = embed(data)
-        acc = {
-            "base": accuracy(base, data),
-            "ce_only": accuracy(ce_only.model, data),
-            "roma": accuracy(roma.model, data),
-            "c3po_lite": c3po_lite(base, data, emb, train_emb[correct], bank_r[correct], layers, a.k, a.sigma),
-            "oracle": oracle_accuracy(base, data, layers, steps=config.oracle_steps),
-        }
+        acc = {"base": accuracy(base, data)} | {method: accuracy(model, data) for method, model in tuned.items()}
+        acc["c3po_lite"] = c3po_lite(base, data, emb, train_emb[correct], bank_r[correct], layers, a.k, a.sigma)
+        acc["oracle"] = oracle_accuracy(base, data, layers, steps=config.oracle_steps)
         overlap = {
-            "base": knn_overlap(emb, routing_vectors(base, data, layers)[0], config.overlap_k),
-            "roma": knn_overlap(emb, routing_vectors(roma.model, data, layers)[0], config.overlap_k),
-            "ce_only": knn_overlap(emb, routing_vectors(ce_only.model, data, layers)[0], config.overlap_k),
+            method: knn_overlap(emb, routing_vectors(model, data, layers)[0], config.overlap_k)
+            for method, model in {"base": base, **tuned}.items()
         }
-        gap = {m: gap_closed(acc[m], acc["base"], acc["oracle"]) for m in ("ce_only", "roma", "c3po_lite")}
-        out[name] = {"accuracy": acc, "gap_closed": gap, "knn_overlap": overlap}
+        gap = {m: gap_closed(acc[m], acc["base"], acc["oracle"]) for m in (*tuned, "c3po_lite")}
+        out[name] = {"accuracy": acc, "gap_closed": gap, "knn_overlap": overlap, "examples": len(data)}
         log(f"{name}: " + ", ".join(f"{m} {v:.3f}" for m, v in acc.items()))
     out["models"] = {"roma": roma.model, "ce_only": ce_only.model}
     return out

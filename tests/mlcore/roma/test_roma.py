@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -10,13 +12,14 @@ from mlcore.roma.roma import (
     gap_closed,
     knn_overlap,
     last_layers,
+    live_targets,
     manifold_loss,
     neighbours,
     oracle_accuracy,
     routing_vectors,
     tfidf_svd_embedder,
 )
-from mlcore.roma.tasks import MARKER_OFFSET, multitask_set
+from mlcore.roma.tasks import MARKER_OFFSET, SYNONYMS, multitask_set
 
 SMALL = MoEClassifierConfig(hidden=16, layers=2, heads=2, experts=4, top_k=2, expert_ffn=16)
 
@@ -99,3 +102,54 @@ def test_the_tfidf_embedder_gives_fixed_width_vectors_for_any_split(data):
     embed = tfidf_svd_embedder(data, dims=8)
     assert embed(data).shape == (64, 8)
     assert embed(multitask_set(5, torch.Generator().manual_seed(3), length=10)).shape == (5, 8)
+
+
+def test_live_neighbour_targets_are_the_routing_of_the_routers_as_they_are_now(model, data):
+    layers = last_layers(model, 1)
+    tuned = model.clone()
+    success = torch.arange(0, 40, 2)  # bank positions → training rows
+    index = torch.tensor([[0, 3, 3], [7, 1, 19]])
+    before = live_targets(tuned, data, success, index, layers)
+    torch.testing.assert_close(before, routing_vectors(tuned, data, layers)[0][success][index])
+    with torch.no_grad():
+        tuned.blocks[layers[0]].router.weight.add_(torch.randn_like(tuned.blocks[layers[0]].router.weight))
+    after = live_targets(tuned, data, success, index, layers)
+    # The targets moved with the routers, and are still exactly the routing those routers give now.
+    assert (after - before).abs().max() > 1e-3
+    torch.testing.assert_close(after, routing_vectors(tuned, data, layers)[0][success][index])
+    assert not after.requires_grad  # anchors: no gradient pulls the successful neighbours
+
+
+def test_live_targets_start_where_fixed_ones_do_and_then_follow_the_tuned_routers(model):
+    train = multitask_set(96, torch.Generator().manual_seed(2))
+    emb = torch.randn(96, 8, generator=torch.Generator().manual_seed(3))
+    config = AlignConfig(layers=1, epochs=2, batch_size=16, warmup=1, lam=5.0)
+    assert config.targets == "live"  # the default: the paper's r_j are the neighbours' routing, now
+    live = align_routers(model, train, emb, config)
+    fixed = align_routers(model, train, emb, replace(config, targets="fixed"))
+    # Step 0: the routers are the base model's, so both targets are the same vectors.
+    assert live.regulariser[0] == pytest.approx(fixed.regulariser[0], rel=1e-5)
+    # Afterwards the live targets are recomputed from the moved routers: a different loss and model.
+    assert max(abs(a - b) for a, b in zip(live.regulariser[1:], fixed.regulariser[1:], strict=True)) > 1e-4
+    assert not torch.allclose(live.model.blocks[1].router.weight, fixed.model.blocks[1].router.weight)
+
+
+def test_an_unknown_neighbour_target_mode_is_refused():
+    with pytest.raises(ValueError, match="targets must be one of"):
+        AlignConfig(targets="frozen")
+
+
+def test_the_thesaurus_reads_every_synonym_of_a_task_as_one_word():
+    data = multitask_set(300, torch.Generator().manual_seed(4))
+    plain, merged = data.texts(), data.texts(thesaurus=True)
+    markers = {w for text in plain for w in text.split() if w.startswith("m")}
+    tasks = {w for text in merged for w in text.split() if w.startswith("t")}
+    assert len(markers) == 4 * SYNONYMS and tasks == {"t0", "t1", "t2", "t3"}
+    same = data.subset(torch.tensor([0]))
+    other = data.subset(torch.tensor([0]))
+    marker = other.tokens >= MARKER_OFFSET
+    task, synonym = int(other.tasks[0]), int(other.synonyms[0])
+    other.tokens[marker] = MARKER_OFFSET + task * SYNONYMS + (synonym + 1) % SYNONYMS  # the next synonym
+    embed = tfidf_svd_embedder(data, dims=8, thesaurus=True)
+    assert other.texts() != same.texts()
+    torch.testing.assert_close(embed(other), embed(same))  # another synonym of the same task: the same point
