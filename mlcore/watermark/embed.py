@@ -18,17 +18,36 @@ by construction. Images whose short side is at most ``SMALL_SIDE`` (the zoo gene
 images) are read and marked whole, at the extractor's input size, as before.
 
 **Tiles without seams.** The markers and the extractor were trained on ``tile`` × ``tile`` images
-(32 on the zoo). The working image is cut into such tiles on two grids offset by half a tile in
-each direction (four offsets in all); each tile's residual is multiplied by the separable window
-w(t) = sin²(π (t + ½) / tile), whose two half-tile-shifted copies sum to exactly 1 (sin² + cos²).
-The four windowed residual fields therefore add up to a partition of unity: every pixel's mark is a
-smooth blend of the tiles that cover it, with no step where a tile ends (tested: the residual's
-jumps across tile borders are no larger than inside tiles, where naive tiling doubles them).
+(32 on the zoo). The working image is cut into such tiles at a stride of ``tile − OVERLAP``, so
+neighbours overlap by ``OVERLAP`` pixels; each tile's residual is weighted by the separable window
+:func:`window` (1 inside, a sin² ramp over the overlap), the two ramps of an overlap sum to exactly
+1 (sin² + cos²), and the field is Σ wᵢ rᵢ / Σ wᵢ: every pixel's mark is a smooth blend of the tiles
+that cover it, with no step where a tile ends (tested: the residual's jumps across tile borders are
+no larger than inside tiles, where naive tiling doubles them).
 
-**Reading** (:func:`read_logits`): the same working grid, tiles at the same four offsets, the
-extractor's logits averaged over every tile (a soft vote: a bit's evidence adds up across tiles, so
-more of the image means a more certain read, and a crop or a local edit loses only the tiles it
-touches).
+**Reading** (:func:`read_logits`): the same working grid and tiles, the extractor's logits
+averaged over every tile (a soft vote: a bit's evidence adds up across tiles, so more of the image
+means a more certain read, and a crop or a local edit loses only the tiles it touches).
+
+**A secret phase per image** (an option of the bundle: the extractor's config says
+``"_embed_grid_offset": "random"``; bundles without it mark and read exactly as above). On the
+fixed grid every photo's mark is laid on the same tiles, so whatever part of the residual does not
+depend on the content (the decoder's answer to a tile's borders, say) repeats with the tile period
+at the same place in every photo, and the mean of a few marked photos' residuals forges it. With the
+option, each marking draws a fresh offset (dy, dx) ∈ [0, stride)² from the operating system's
+entropy, never stored, and shifts the whole tiling by it (:func:`offset_residual`: the working image
+is reflect-padded so that the shifted tiles still cover it, and the padding's residual is dropped).
+The mean of N photos marked at independent phases holds a tile-periodic component p as
+(1/N) Σᵢ p(· − dᵢ), which tends to p's mean over one period, a constant: a content-independent
+pattern no longer adds up. The reader cannot know the phase, so it must not need it: an extractor
+trained on tiles cut at random phases to the mark's tiling (:mod:`mlcore.watermark.residual_train`,
+``random_offset``), whose vote :func:`read_logits` takes over the tiles of several phases of its
+own grid (:data:`READ_PHASES` per axis). The option's other value, ``"random-search"``, is for an
+extractor trained on the mark's own tiling, which needs the phase: the reader searches for it
+(:func:`search_phase`: the phase whose vote is the most confident, on a few tiles near the
+centre) and votes over the grid at that phase. The phase is hidden only from a forger who averages
+as he finds the photos: one who holds the originals sees each residual's tile-periodic part, can
+line the phases up first, and averages a fixed-grid mark again.
 """
 
 from __future__ import annotations
@@ -56,6 +75,16 @@ SMALL_SIDE = 64
 OVERLAP = 8
 #: Tiles per forward pass of the VAE or the extractor (memory, not results, depends on it).
 TILE_BATCH = 256
+#: The extractor config key that says a bundle marks at a secret per-image phase and reads at any phase.
+#: A private (underscored) key: diffusers keeps it in ``config.json`` without passing it to the
+#: constructor, so older code loads such an extractor, and extractors without it keep the fixed grid.
+OFFSET_KEY = "_embed_grid_offset"
+#: Phases of the reading grid per axis when the marks sit at random phases (evenly spaced in a stride).
+READ_PHASES = 2
+#: The phase search (``"random-search"``): a coarse lattice of this step, then every phase within
+#: ``SEARCH_STEP // 2`` of its best, each judged on the ``SEARCH_TILES`` tiles nearest the centre.
+SEARCH_STEP = 4
+SEARCH_TILES = 6
 
 
 @dataclass(frozen=True)
@@ -96,6 +125,27 @@ def grid_for(height: int, width: int, tile: int, *, work_side: int | None = None
         return n * stride + OVERLAP
 
     return Grid(side(height), side(width), tile, whole=False)
+
+
+def offset_mode(extractor: object) -> str | None:
+    """The extractor's :data:`OFFSET_KEY`: None (the fixed grid), "random" or "random-search"."""
+    config = getattr(extractor, "config", None)
+    mode = config.get(OFFSET_KEY) if config else None
+    if mode not in (None, "random", "random-search"):
+        raise ValueError(f"unknown {OFFSET_KEY} {mode!r} in the extractor's config")
+    return mode
+
+
+def random_offset(extractor: object) -> bool:
+    """Whether marks for this extractor are laid at a secret random phase (see the module docstring)."""
+    return offset_mode(extractor) is not None
+
+
+def draw_offset(stride: int, rng: np.random.Generator | None = None) -> tuple[int, int]:
+    """A fresh (dy, dx) ∈ [0, stride)²: from the operating system's entropy unless ``rng`` is given."""
+    rng = rng if rng is not None else np.random.default_rng()
+    dy, dx = rng.integers(0, stride, 2)
+    return int(dy), int(dx)
 
 
 def window(tile: int) -> torch.Tensor:
@@ -143,12 +193,22 @@ def tile_residuals(bundle: Bundle, tiles: torch.Tensor, key: torch.Tensor) -> to
 
 
 @torch.no_grad()
-def working_residual(bundle: Bundle, work: torch.Tensor, key: torch.Tensor, *, blend: bool = True) -> torch.Tensor:
+def working_residual(
+    bundle: Bundle,
+    work: torch.Tensor,
+    key: torch.Tensor,
+    *,
+    blend: bool = True,
+    offset: tuple[int, int] | None = None,
+) -> torch.Tensor:
     """The mark on the working grid, (1, 3, h, w): the tiles' residuals blended by :func:`window`.
 
-    ``blend=False`` pastes each tile's residual unweighted (later tiles over earlier ones): kept only
-    so a test can show the seams the window removes.
+    ``offset`` (dy, dx) shifts the tiling by that many pixels (:func:`offset_residual`); None keeps
+    the tiles at the grid's own corners. ``blend=False`` pastes each tile's residual unweighted
+    (later tiles over earlier ones): kept only so a test can show the seams the window removes.
     """
+    if offset is not None:
+        return offset_residual(bundle, work, key, offset, blend=blend)
     _, c, h, w = work.shape
     grid = Grid(h, w, bundle.extractor.image_size, whole=False)
     t = grid.tile
@@ -165,13 +225,54 @@ def working_residual(bundle: Bundle, work: torch.Tensor, key: torch.Tensor, *, b
     return field / total.clamp_min(1e-6) if blend else field
 
 
+def offset_padding(length: int, tile: int, shift: int) -> tuple[int, int]:
+    """(before, after): the padding of one axis of ``length`` pixels whose tiling is shifted by ``shift``.
+
+    The padded axis is n · stride + ``OVERLAP`` long, so the grid's own corners (multiples of the
+    stride) on it are the shifted tiling, and the tiles cover every pixel of the unpadded axis.
+    """
+    stride = tile - OVERLAP
+    before = (stride - shift % stride) % stride  # offset 0: no padding, the grid's own tiling
+    n = max(1, math.ceil((before + length - OVERLAP) / stride))
+    return before, n * stride + OVERLAP - before - length
+
+
 @torch.no_grad()
-def residual_for(bundle: Bundle, image: torch.Tensor, key: torch.Tensor, *, strength: float = 1.0) -> torch.Tensor:
-    """The mark to add to ``image`` ((1, 3, H, W) in [-1, 1], any size), at the image's own size, on the CPU."""
+def offset_residual(
+    bundle: Bundle, work: torch.Tensor, key: torch.Tensor, offset: tuple[int, int], *, blend: bool = True
+) -> torch.Tensor:
+    """The mark on ``work`` with its tiling shifted by ``offset`` = (dy, dx): tiles at (dy + i·s, dx + j·s).
+
+    The tiles that would stick out of the image read its mirror image there (reflect padding: the
+    VAE sees photo-like content, not a black border), and their residual outside the image is dropped.
+    """
+    _, _, h, w = work.shape
+    tile = bundle.extractor.image_size
+    top, bottom = offset_padding(h, tile, offset[0])
+    left, right = offset_padding(w, tile, offset[1])
+    padded = F.pad(work, (left, right, top, bottom), mode="reflect")
+    field = working_residual(bundle, padded, key, blend=blend)
+    return field[..., top : top + h, left : left + w]
+
+
+@torch.no_grad()
+def residual_for(
+    bundle: Bundle,
+    image: torch.Tensor,
+    key: torch.Tensor,
+    *,
+    strength: float = 1.0,
+    offset: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """The mark to add to ``image`` ((1, 3, H, W) in [-1, 1], any size), at the image's own size, on the CPU.
+
+    ``offset`` shifts the working grid's tiling (:func:`offset_residual`); a small image, read whole,
+    has no tiling to shift and ignores it.
+    """
     height, width = image.shape[-2:]
     grid = grid_for(height, width, bundle.extractor.image_size)
     work = to_working(image.float().cpu(), grid)
-    r = tile_residuals(bundle, work, key) if grid.whole else working_residual(bundle, work, key)
+    r = tile_residuals(bundle, work, key) if grid.whole else working_residual(bundle, work, key, offset=offset)
     r = r * strength
     if r.shape[-2:] != (height, width):
         # Bicubic: the mark stays smooth at the photo's size (bilinear would leave a faint grid).
@@ -187,7 +288,9 @@ def read_logits(extractor: Extractor, image: torch.Tensor) -> torch.Tensor:
     reads it; a larger one tile by tile on its working grid, each tile's logits centred on the
     extractor's mean logits over unmarked photo tiles (:func:`tile_bias`) before the vote: an
     extractor answers unmarked content with the same leaning in every tile, and a vote over many
-    tiles would otherwise add that leaning up into the same "decoded" bits for every photo.
+    tiles would otherwise add that leaning up into the same "decoded" bits for every photo. An
+    extractor trained for marks at a random phase (:func:`random_offset`) votes over the tiles of
+    :data:`READ_PHASES` ² phases of the grid (:func:`reading_origins`) instead of the grid's own.
     """
     tile = extractor.image_size
     height, width = image.shape[-2:]
@@ -195,11 +298,84 @@ def read_logits(extractor: Extractor, image: torch.Tensor) -> torch.Tensor:
     device = next(extractor.parameters()).device
     if grid.whole:
         return extractor(image.float().to(device))[0].float().cpu()
-    tiles = _cut(to_working(image.float().cpu(), grid), grid)
+    work = to_working(image.float().cpu(), grid)
+    mode = offset_mode(extractor)
+    if mode == "random":
+        tiles = _tiles_at(work, grid, reading_origins(grid))
+    elif mode == "random-search":
+        tiles = _tiles_at(work, grid, shifted_origins(grid, search_phase(extractor, work, grid)))
+    else:
+        tiles = _cut(work, grid)
+    return _mean_logits(extractor, tiles) - tile_bias(extractor)
+
+
+def _tiles_at(work: torch.Tensor, grid: Grid, origins: list[tuple[int, int]]) -> torch.Tensor:
+    t = grid.tile
+    return torch.stack([work[0, :, y : y + t, x : x + t] for y, x in origins])
+
+
+def _mean_logits(extractor: Extractor, tiles: torch.Tensor) -> torch.Tensor:
+    device = next(extractor.parameters()).device
     total = torch.zeros(extractor.num_bits)
     for batch in _batches(tiles):
         total += extractor(batch.to(device)).float().sum(0).cpu()
-    return total / len(tiles) - tile_bias(extractor)
+    return total / len(tiles)
+
+
+def shifted_origins(grid: Grid, phase: tuple[int, int]) -> list[tuple[int, int]]:
+    """The grid's tile corners moved by ``phase`` (dy, dx), those that stay inside the working image."""
+    return [
+        (y, x)
+        for y in range(phase[0], grid.height - grid.tile + 1, grid.stride)
+        for x in range(phase[1], grid.width - grid.tile + 1, grid.stride)
+    ]
+
+
+@torch.no_grad()
+def search_phase(extractor: Extractor, work: torch.Tensor, grid: Grid) -> tuple[int, int]:
+    """The phase (dy, dx) ∈ [0, stride)² at which the extractor's vote is most confident.
+
+    Confidence: the mean |logit| of the vote (less :func:`tile_bias`) over the :data:`SEARCH_TILES`
+    tiles nearest the centre, first on a lattice of step :data:`SEARCH_STEP`, then around its best.
+    """
+    stride = grid.stride
+    cy, cx = (grid.height - grid.tile) / 2, (grid.width - grid.tile) / 2
+    inner = [
+        (y, x)
+        for y, x in grid.origins()
+        if y + stride + grid.tile <= grid.height and x + stride + grid.tile <= grid.width
+    ]
+    near = sorted(inner or grid.origins(), key=lambda o: (o[0] - cy) ** 2 + (o[1] - cx) ** 2)[:SEARCH_TILES]
+    bias = tile_bias(extractor)
+
+    def best(phases: list[tuple[int, int]]) -> tuple[int, int]:
+        origins = [
+            (min(y + py, grid.height - grid.tile), min(x + px, grid.width - grid.tile))
+            for py, px in phases
+            for y, x in near
+        ]
+        device = next(extractor.parameters()).device
+        tiles = _tiles_at(work, grid, origins)
+        logits = torch.cat([extractor(b.to(device)).float().cpu() for b in _batches(tiles)])
+        votes = logits.reshape(len(phases), len(near), -1).mean(1) - bias
+        return phases[int(votes.abs().mean(1).argmax())]
+
+    coarse = best([(py, px) for py in range(0, stride, SEARCH_STEP) for px in range(0, stride, SEARCH_STEP)])
+    reach = range(-(SEARCH_STEP // 2), SEARCH_STEP // 2 + 1)
+    return best(sorted({((coarse[0] + a) % stride, (coarse[1] + b) % stride) for a in reach for b in reach}))
+
+
+def reading_origins(grid: Grid, phases: int | None = None) -> list[tuple[int, int]]:
+    """Tile corners of ``phases`` ² shifted copies of the grid (shifts k · stride / phases per axis), inside it."""
+    phases = phases or READ_PHASES
+    shifts = sorted({round(k * grid.stride / phases) for k in range(phases)})
+    return [
+        (y, x)
+        for sy in shifts
+        for sx in shifts
+        for y in range(sy, grid.height - grid.tile + 1, grid.stride)
+        for x in range(sx, grid.width - grid.tile + 1, grid.stride)
+    ]
 
 
 _bias: dict[int, tuple[Extractor, torch.Tensor]] = {}
@@ -240,12 +416,21 @@ class Marked:
 
 
 @torch.no_grad()
-def mark_image(bundle: Bundle, source: SourceImage, key: torch.Tensor, *, target_psnr: float) -> Marked:
+def mark_image(
+    bundle: Bundle,
+    source: SourceImage,
+    key: torch.Tensor,
+    *,
+    target_psnr: float,
+    offset_rng: np.random.Generator | None = None,
+) -> Marked:
     """``source`` with the mark of ``key`` added, scaled so the mark alone is ``target_psnr`` dB.
 
     The mark is computed on the image as shown (EXIF orientation applied) and turned back to the
     stored orientation; a grey image receives the residual's mean over the colour channels; alpha
-    and metadata are untouched (:mod:`mlcore.watermark.image_io`).
+    and metadata are untouched (:mod:`mlcore.watermark.image_io`). When the bundle marks at a
+    random phase (:func:`random_offset`), a fresh offset is drawn for this image and forgotten;
+    ``offset_rng`` draws it instead (a test or a benchmark that must repeat itself).
     """
     from mlcore.watermark.image_io import from_display, to_display
 
@@ -254,7 +439,10 @@ def mark_image(bundle: Bundle, source: SourceImage, key: torch.Tensor, *, target
     x = torch.from_numpy(np.ascontiguousarray(shown)).float().permute(2, 0, 1)[None]
     if x.shape[1] == 1:
         x = x.expand(1, 3, *x.shape[-2:])
-    r = residual_for(bundle, x, key)
+    offset = None
+    if random_offset(bundle.extractor):
+        offset = draw_offset(bundle.extractor.image_size - OVERLAP, offset_rng)
+    r = residual_for(bundle, x, key, offset=offset)
     if source.pixels.shape[2] == 1:
         r = r.mean(1, keepdim=True)
     # PSNR of the mark alone on the [0, 1] scale: images in [-1, 1] differ by r / 2 there.

@@ -31,6 +31,14 @@ as Stable Signature fine-tunes a decoder for one key and MOLM's routed adapters 
   gradient reaches the markers too: a mark whose mean over images reads as the key is penalised,
   so training favours marks tied to the content they were made for.
 
+**A secret phase** (``random_offset``; :mod:`mlcore.watermark.embed`'s per-image random offset).
+The marked patch keeps its tiles where the embed path puts them, but the extractor reads tiles cut
+at random positions in [0, stride)² of the patch (:func:`random_tiles`): the reader's tiles then sit
+at a random phase to the mark's tiling, as on a photo marked at a secret offset, so the extractor
+must read the mark wherever the tile borders fall. The forged patches average marks each shifted by
+its own random offset (:func:`shift_fields`), as an attacker's mean of photos marked at independent
+phases does, and the held-out evaluation reads and forges the same way.
+
 **Schedule.** The mark starts stronger (``psnr_start``) and anneals to the target over
 ``ramp_fraction`` of the steps while the attacks ramp in (``attack_ramp``); the forged patches' weight
 ramps in from ``forge_start``. Penalising the forgery from the first step, with an extractor that
@@ -101,6 +109,47 @@ def blend_tiles(residuals: torch.Tensor, tile: int) -> torch.Tensor:
     return field / total.clamp_min(1e-6)
 
 
+def random_corners(n: int, tile: int, g: torch.Generator, per: int = TILES_PER_SIDE**2) -> torch.Tensor:
+    """(n, per, 2) tile corners in [0, stride)² for ``per`` tiles of each of ``n`` patches: random phases."""
+    return torch.randint(0, tile - OVERLAP, (n, per, 2), generator=g)
+
+
+def mixed_corners(n: int, tile: int, g: torch.Generator, share: float) -> torch.Tensor:
+    """:func:`random_corners`, each tile left on the mark's grid (:func:`tile_origins`) with probability 1 − share."""
+    corners = random_corners(n, tile, g)
+    if share >= 1:
+        return corners
+    aligned = torch.rand(n, TILES_PER_SIDE**2, generator=g) >= share
+    grid = torch.tensor(tile_origins(tile)).expand(n, -1, -1)
+    return torch.where(aligned[..., None], grid, corners)
+
+
+def random_tiles(patches: torch.Tensor, tile: int, corners: torch.Tensor) -> torch.Tensor:
+    """(P, C, S, S) patches → (P · per, C, tile, tile): patch p's tiles at ``corners[p]``, patch by patch.
+
+    Differentiable (slices), so the gradient of what the extractor reads reaches the marks.
+    """
+    return torch.stack(
+        [patches[p, :, y : y + tile, x : x + tile] for p in range(len(patches)) for y, x in corners[p].tolist()]
+    )
+
+
+def shift_fields(fields: torch.Tensor, shifts: torch.Tensor, stride: int) -> torch.Tensor:
+    """Each (C, S, S) field of ``fields`` moved by its (dy, dx) in ``shifts`` ((n, 2), in [0, stride)).
+
+    The field is reflect-padded by ``stride`` first, so the shifted copy has content everywhere; a
+    tile-periodic pattern moves by exactly (dy, dx) inside the patch.
+    """
+    padded = F.pad(fields, (stride, stride, stride, stride), mode="reflect")
+    h, w = fields.shape[-2:]
+    return torch.stack(
+        [
+            padded[i, :, stride - dy : stride - dy + h, stride - dx : stride - dx + w]
+            for i, (dy, dx) in enumerate(shifts.tolist())
+        ]
+    )
+
+
 def target_rms(psnr: float) -> float:
     """The RMS (in [-1, 1] units) of a mark whose PSNR on the [0, 1] scale is ``psnr`` dB."""
     return 2 * 10 ** (-psnr / 20)
@@ -168,6 +217,8 @@ class ResidualTrainConfig:
     forge_ramp: float = 0.2  # ... to ``forged_weight`` over this fraction (0 and 0: from the first step)
     attack_ramp: bool = True  # mostly unattacked patches early; the full mix by the end of the PSNR ramp
     forge_vote: bool = False  # penalise the forged tiles' *vote* for the key (see :func:`forged_vote_loss`)
+    random_offset: bool = False  # read tiles at random phases to the mark's tiling (see "A secret phase")
+    phase_ramp: float = 0.0  # with random_offset: the share of tiles at a random phase grows 0 → 1 over this fraction
     energy_weight: float = 0.05  # μ
     eval_every: int = 150
     readback_every: int = 300  # whole held-out photos through the embed path (0: never)
@@ -189,6 +240,12 @@ class ResidualTrainConfig:
         if not self.attack_ramp:
             return ATTACK_MIX
         return {**ATTACK_MIX, "none": ATTACK_MIX["none"] + 2.2 * (1 - self.ramp(step))}
+
+    def random_share(self, step: int) -> float:
+        """The share of tiles read (and forged marks shifted) at a random phase; the rest on the mark's grid."""
+        if self.phase_ramp <= 0:
+            return 1.0
+        return min(1.0, step / max(1.0, self.phase_ramp * self.steps))
 
     def lr_factor(self, step: int) -> float:
         warm = min(1.0, step / max(1, self.warmup))
@@ -296,10 +353,20 @@ def train_jointly(
         marked = quantise((pool.photos[index] + fields).clamp(-1, 1))
         others = torch.randint(0, len(pool), (config.clean_patches + config.forged_patches,), generator=g)
         nulls = [quantise(pool.photos[others[: config.clean_patches]])]
+        group = fields[: config.forge_group]
+        share = config.random_share(step)
+        if config.random_offset and config.forged_patches:
+            shifts = torch.randint(0, tile - OVERLAP, (len(group), 2), generator=g)
+            if share < 1:  # the curriculum: some marks stay on their grid (a shift of 0)
+                shifts = shifts * (torch.rand(len(group), 1, generator=g) < share)
+            group = shift_fields(group, shifts, tile - OVERLAP)
         if config.forged_patches:
-            nulls.append(forged(fields[: config.forge_group], pool.photos[others[config.clean_patches :]], goal))
+            nulls.append(forged(group, pool.photos[others[config.clean_patches :]], goal))
         batch = random_attacks(torch.cat([marked, *nulls]), rng, mix=config.attack_mix(step))
-        logits = extractor(cut_tiles(batch, tile))
+        if config.random_offset:
+            logits = extractor(random_tiles(batch, tile, mixed_corners(len(batch), tile, g, share)))
+        else:
+            logits = extractor(cut_tiles(batch, tile))
         n_marked = len(marked) * TILES_PER_SIDE**2
         target = keys.repeat_interleave(TILES_PER_SIDE**2, 0)
         loss_bits = F.binary_cross_entropy_with_logits(logits[:n_marked], target)
@@ -328,7 +395,17 @@ def train_jointly(
             row: dict[str, Any] = {"stage": "joint", "step": step, "psnr_trained": round(psnr, 2)}
             row.update({k: round(float(np.mean(v)), 4) for k, v in running.items()})
             running = {k: [] for k in running}
-            row.update(evaluate(vae, markers, extractor, held, psnr=config.psnr, seed=config.seed))
+            row.update(
+                evaluate(
+                    vae,
+                    markers,
+                    extractor,
+                    held,
+                    psnr=config.psnr,
+                    seed=config.seed,
+                    random_offset=config.random_offset,
+                )
+            )
             if (
                 readback is not None
                 and config.readback_every
@@ -352,12 +429,22 @@ def train_jointly(
 
 @torch.no_grad()
 def evaluate(
-    vae: Any, markers: Markers, extractor: Extractor, held: PatchPool, *, psnr: float, seed: int, chunk: int = 32
+    vae: Any,
+    markers: Markers,
+    extractor: Extractor,
+    held: PatchPool,
+    *,
+    psnr: float,
+    seed: int,
+    chunk: int = 32,
+    random_offset: bool = False,
 ) -> dict[str, Any]:
     """Held-out patches at ``psnr``, one key each: per-tile and per-patch-vote bit accuracy clean, after
     JPEG-75 and after a 0.5 resize; the worst bit; the extractor's leaning on clean tiles; and the
     averaging forgery — the mean mark of ``half`` the patches under one key on the other half, read by
     a vote over all their tiles (bit accuracy against that key: ½ means the forgery reads nothing).
+    With ``random_offset`` the tiles are read at seeded random phases and the forger's marks are each
+    shifted by a random offset before they are averaged (see "A secret phase").
     """
     was = markers.training, extractor.training
     markers.eval()
@@ -377,8 +464,13 @@ def evaluate(
     fields = fields * (goal / rms(fields))
     marked = quantise((held.photos + fields).clamp(-1, 1))
 
+    phases = torch.Generator().manual_seed(seed + 78)
+
     def read(images: torch.Tensor) -> torch.Tensor:
-        tiles = cut_tiles(images, tile)
+        if random_offset:
+            tiles = random_tiles(images, tile, random_corners(len(images), tile, phases, per))
+        else:
+            tiles = cut_tiles(images, tile)
         return torch.cat([extractor(tiles[s : s + 256]) for s in range(0, len(tiles), 256)])
 
     out: dict[str, Any] = {}
@@ -408,6 +500,8 @@ def evaluate(
         ]
     )
     pattern = pattern * (goal / rms(pattern))
+    if random_offset:
+        pattern = shift_fields(pattern, torch.randint(0, tile - OVERLAP, (half, 2), generator=phases), tile - OVERLAP)
     mean = pattern.mean(0, keepdim=True)
     out["forgery_pattern_psnr"] = round(20 * math.log10(2 / max(rms(mean).item(), 1e-12)), 2)
     victims = quantise((held.photos[half:] + mean).clamp(-1, 1))

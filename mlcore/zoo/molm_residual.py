@@ -9,7 +9,7 @@ residual-marked photo patches under real attacks with differentiable stand-ins
     python -m mlcore.zoo train molm-residual [--variant V] [--cpu-minutes M] [--workdir DIR] [--out DIR]
     python -m mlcore.zoo.molm_residual train      (the same)
 
-Two variants (:data:`VARIANTS`):
+The variants (:data:`VARIANTS`):
 
 - ``bootstrap`` (the default): the extractor keeps molm-tiny's linear read-out (a matched filter,
   which finds a faint pattern in tens of steps and so gives the markers a gradient from the start),
@@ -18,7 +18,21 @@ Two variants (:data:`VARIANTS`):
   image, which is what averaging forges) and the forgery penalised from the start. At this budget
   it never left chance (0.49-0.50 held-out tile bits after 600 steps);
 - ``forgery-vote``: continues a ``bootstrap`` state (``--init-state DIR/state.pt``) with the forged
-  tiles' *vote* for the key penalised (:func:`~mlcore.watermark.residual_train.forged_vote_loss`).
+  tiles' *vote* for the key penalised (:func:`~mlcore.watermark.residual_train.forged_vote_loss`);
+- ``random-offset``: every photo marked at a secret random phase of the tile grid, read at any phase
+  (:mod:`mlcore.watermark.embed`, "A secret phase per image"): the extractor's CNN alone (a template
+  read-out needs the mark at a fixed place) trained on tiles cut at random phases to the mark's
+  tiling, the forged patches averaging marks at independent phases. Its extractor's config records
+  the option, so the portal reads it at any phase and ``watermark-embed`` draws a fresh offset per
+  image; ``--seed`` picks the training seed. The mark starts at 24 dB (a stronger signal to find
+  without a template) and anneals to 38 dB over half the steps;
+- ``random-offset-search``: the ``bootstrap`` training (tiles read on the mark's own grid, so the
+  template read-out works), the marks laid at a secret phase and the reader searching for it
+  (:func:`mlcore.watermark.embed.search_phase`);
+- ``random-offset-curriculum``: the same as ``random-offset``, but molm-tiny's template read-out
+  kept and the share of tiles read at a random phase ramped from 0 to 1 over 60 % of the steps (a
+  template finds the mark on its own grid in tens of steps; the CNN must then carry it to every
+  phase).
 
 Stages, each resumable from ``--workdir`` (default ``var/zoo/molm-residual``):
 
@@ -74,6 +88,13 @@ class ResidualRecipe:
     export_photos: int = 12  # at export
     readback_psnr: float = 38.0
     template_readout: bool = True  # keep molm-tiny's linear read-out (see the variants above)
+    # None: the fixed grid; "random" / "random-search": marks at a secret phase (embed.OFFSET_KEY).
+    embed_grid_offset: str | None = None
+
+    @property
+    def grid_offset(self) -> str | None:
+        """The extractor's ``embed.OFFSET_KEY``: "random" whenever the training reads at random phases."""
+        return self.embed_grid_offset or ("random" if self.training.random_offset else None)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -112,6 +133,25 @@ VARIANTS: dict[str, ResidualRecipe] = {
             readback_every=500,
         ),
     ),
+    "random-offset": replace(
+        RECIPE,
+        template_readout=False,
+        readback_photos=2,
+        training=ResidualTrainConfig(
+            steps=1000, random_offset=True, psnr_start=24.0, ramp_fraction=0.5, eval_every=100, readback_every=500
+        ),
+    ),
+    # The bootstrap recipe's training (tiles on the mark's own grid); marks at a secret phase, found by search.
+    "random-offset-search": replace(RECIPE, embed_grid_offset="random-search"),
+    # The same, bootstrapped by molm-tiny's template read-out: tiles read on the mark's own grid at
+    # first (where a template finds the mark in tens of steps), at a random phase ever more often.
+    "random-offset-curriculum": replace(
+        RECIPE,
+        readback_photos=2,
+        training=ResidualTrainConfig(
+            steps=1000, random_offset=True, phase_ramp=0.6, eval_every=100, readback_every=500
+        ),
+    ),
 }
 
 
@@ -137,8 +177,12 @@ def _pool(workdir: Path, recipe: ResidualRecipe, vae: Any, tile: int, log: Any) 
     return train, held
 
 
-def _start(base: Path, *, template_readout: bool) -> tuple[Any, Any, Any]:
-    """molm-tiny's bundle, its markers without the shift (attached instead), its extractor (read-out or not)."""
+def _start(base: Path, *, template_readout: bool, grid_offset: str | None = None) -> tuple[Any, Any, Any]:
+    """molm-tiny's bundle, its markers without the shift (attached instead), its extractor (read-out or not).
+
+    ``grid_offset`` ("random" or "random-search") goes into the extractor's config: its marks are
+    then laid at a secret random phase and read at any phase (:mod:`mlcore.watermark.embed`).
+    """
     from mlcore.watermark.pipeline import Bundle, load_bundle
     from mlcore.watermark.residual_train import extractor_for_residuals
 
@@ -147,6 +191,11 @@ def _start(base: Path, *, template_readout: bool) -> tuple[Any, Any, Any]:
     markers = zoo.markers.without_shift()
     markers.attach(zoo.generator.vae)
     extractor = zoo.extractor if template_readout else extractor_for_residuals(zoo.extractor)
+    if grid_offset is not None:
+        from mlcore.watermark.embed import OFFSET_KEY
+
+        # In the extractor's config (saved with it): the portal's reader and the embed path follow it.
+        extractor.register_to_config(**{OFFSET_KEY: grid_offset})
     return Bundle(generator=zoo.generator, markers=markers, extractor=extractor, card=zoo.card), zoo, markers
 
 
@@ -199,7 +248,7 @@ def train(
     verify(base)
     workdir.mkdir(parents=True, exist_ok=True)
     log = _logger(workdir / "train_log.jsonl", started)
-    bundle, _, markers = _start(base, template_readout=recipe.template_readout)
+    bundle, _, markers = _start(base, template_readout=recipe.template_readout, grid_offset=recipe.grid_offset)
     vae, extractor, tile = bundle.generator.vae, bundle.extractor, bundle.extractor.image_size
     pool, held = _pool(workdir, recipe, vae, tile, log)
     config = recipe.training
@@ -309,6 +358,7 @@ def export(
         **card.get("training", {}),
         "shift_scale": 0.0,
         "linear_readout": bundle.extractor.readout is not None,
+        "embed_grid_offset": recipe.grid_offset or "fixed",
     }
     card["residual_training"] = {
         "recipe": recipe.describe(),
@@ -362,10 +412,13 @@ def main(argv: list[str] | None = None) -> int:
     cmd.add_argument("--wall-minutes", type=float, default=None, help="budget; exit 3 with the state saved when spent")
     cmd.add_argument("--cpu-minutes", type=float, default=None, help="the same, in this process's CPU time")
     cmd.add_argument("--init-state", type=Path, default=None, help="start from another run's state.pt (weights only)")
+    cmd.add_argument("--seed", type=int, default=None, help="training seed (default 0)")
     args = parser.parse_args(argv)
     recipe = VARIANTS[args.variant]
     if args.steps is not None:
         recipe = replace(recipe, training=replace(recipe.training, steps=args.steps))
+    if args.seed is not None:
+        recipe = replace(recipe, training=replace(recipe.training, seed=args.seed))
     deadline = None if args.wall_minutes is None else started + 60 * args.wall_minutes
     cpu_deadline = None if args.cpu_minutes is None else time.process_time() + 60 * args.cpu_minutes
     out = args.out or args.workdir / "markers"

@@ -267,3 +267,32 @@ def _one_small_photo(n, *, seed, low=256, high=384):
 
     photo = next(p.pixels for p in split_photos("test") if min(p.pixels.shape[:2]) >= 96)
     return [photo[:96, :112].copy()]
+
+
+def test_the_random_offset_recipe_records_the_option_where_the_portal_reads_it(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from mlcore.watermark.pipeline import load_bundle
+    from mlcore.zoo import molm_residual
+    from mlcore.zoo.molm import CHECKPOINT
+
+    if not (CHECKPOINT / "manifest.json").is_file():
+        pytest.skip("molm-tiny is not committed")
+    monkeypatch.setattr("mlcore.watermark.embed_train.held_out_photos", _one_small_photo)
+    variant = molm_residual.VARIANTS["random-offset"]
+    recipe = replace(
+        variant,
+        train_patches=4,
+        held_patches=4,
+        readback_photos=0,
+        export_photos=1,
+        readback_psnr=30.0,
+        training=replace(variant.training, steps=1, patches=2, forge_group=2, eval_every=1, checkpoint_every=1),
+    )
+    out = molm_residual.train(tmp_path / "work", tmp_path / "out", recipe=recipe)
+    bundle = load_bundle(out)
+    assert embed.offset_mode(bundle.extractor) == "random" and bundle.extractor.readout is None
+    assert json.loads((out / "card.json").read_text())["training"]["embed_grid_offset"] == "random"
+    # The bootstrap recipe's bundles keep the fixed grid.
+    assert molm_residual.RECIPE.grid_offset is None
+    assert molm_residual.VARIANTS["random-offset-search"].grid_offset == "random-search"
