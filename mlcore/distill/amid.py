@@ -11,6 +11,8 @@ so α = −1 is the arithmetic mixture (skew KL of DistiLLM, GKD's JSD), α = 1 
 silent fallback to the geometric mixture. Everything is computed in log space:
 log r̃ = (1/s)·logsumexp(log λ + s·log p, log(1 − λ) + s·log q), then log r = log_softmax(log r̃).
 Log-probabilities are clamped to :data:`LOG_FLOOR` first, so exact zeros never produce inf − inf.
+The floor can be switched off (``LossConfig(log_floor=None)``) only to measure what it protects
+against: the distillation benchmark's stability study counts the steps that then turn non-finite.
 
 The loss is a divergence D between r and p or q, in one of four argument orders (default D(p‖r)):
 forward KL or the α-β divergence (Cichocki et al.; ABKD's (a, b) = (0.2, 0.7)):
@@ -44,14 +46,21 @@ Order = Literal["p||r", "r||p", "q||r", "r||q"]
 ORDERS: tuple[Order, ...] = ("p||r", "r||p", "q||r", "r||q")
 
 
-def log_assistant(log_p: torch.Tensor, log_q: torch.Tensor, alpha: float, lam: float) -> torch.Tensor:
+def _floored(log_x: torch.Tensor, floor: float | None) -> torch.Tensor:
+    """``log_x`` clamped to ``floor`` (unchanged when ``floor`` is None: the study-only unprotected loss)."""
+    return log_x if floor is None else log_x.clamp(min=floor)
+
+
+def log_assistant(
+    log_p: torch.Tensor, log_q: torch.Tensor, alpha: float, lam: float, *, floor: float | None = LOG_FLOOR
+) -> torch.Tensor:
     """log r over the last dimension: the normalised α-mixture of p (weight λ) and q (§3, Eq. 4)."""
     import torch
 
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"λ must lie in [0, 1], got {lam}")
-    log_p = log_p.clamp(min=LOG_FLOOR)
-    log_q = log_q.clamp(min=LOG_FLOOR)
+    log_p = _floored(log_p, floor)
+    log_q = _floored(log_q, floor)
     # The endpoints are exact for every α (log 0 = −inf would otherwise enter the logsumexp).
     if lam == 1.0:
         return torch.log_softmax(log_p, dim=-1)
@@ -65,17 +74,19 @@ def log_assistant(log_p: torch.Tensor, log_q: torch.Tensor, alpha: float, lam: f
     return torch.log_softmax(unnormalised, dim=-1)
 
 
-def kl(log_a: torch.Tensor, log_b: torch.Tensor) -> torch.Tensor:
-    """KL(A‖B) = Σ_y A (log A − log B) over the last dimension, with 0·log 0 = 0."""
+def kl(log_a: torch.Tensor, log_b: torch.Tensor, *, floor: float | None = LOG_FLOOR) -> torch.Tensor:
+    """KL(A‖B) = Σ_y A (log A − log B) over the last dimension, with 0·log 0 = 0 (given the floor)."""
     a = log_a.exp()
-    return (a * (log_a.clamp(min=LOG_FLOOR) - log_b.clamp(min=LOG_FLOOR))).sum(-1)
+    return (a * (_floored(log_a, floor) - _floored(log_b, floor))).sum(-1)
 
 
-def ab_divergence(log_a: torch.Tensor, log_b: torch.Tensor, a: float = 0.2, b: float = 0.7) -> torch.Tensor:
+def ab_divergence(
+    log_a: torch.Tensor, log_b: torch.Tensor, a: float = 0.2, b: float = 0.7, *, floor: float | None = LOG_FLOOR
+) -> torch.Tensor:
     """The α-β divergence D_AB(A‖B) over the last dimension (ABKD, Eq. 6; needs a, b, a + b ≠ 0)."""
     if a == 0 or b == 0 or a + b == 0:
         raise ValueError(f"the α-β divergence needs a, b and a + b non-zero, got a={a}, b={b}")
-    log_a, log_b = log_a.clamp(min=LOG_FLOOR), log_b.clamp(min=LOG_FLOOR)
+    log_a, log_b = _floored(log_a, floor), _floored(log_b, floor)
     cross = (a * log_a + b * log_b).exp()
     own = ((a + b) * log_a).exp() * (a / (a + b)) + ((a + b) * log_b).exp() * (b / (a + b))
     return -(cross - own).sum(-1) / (a * b)
@@ -87,6 +98,8 @@ class LossConfig:
 
     ``lam_end`` ramps λ linearly from ``lam`` to ``lam_end`` over training (TAID); ``detach_q``
     stops the gradient through q inside r (TAID does, the AMiD reference code does not).
+    ``log_floor`` is where log-probabilities are clamped (card §2, step 1); ``None`` switches the
+    clamp off, for stability studies only: a teacher with exact zeros then makes the loss NaN.
     """
 
     divergence: Divergence = "ab"
@@ -96,6 +109,7 @@ class LossConfig:
     lam_end: float | None = None
     detach_q: bool = False
     ab: tuple[float, float] = (0.2, 0.7)
+    log_floor: float | None = LOG_FLOOR
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -121,7 +135,8 @@ class LossConfig:
         lam = f"{self.lam:g}" if self.lam_end is None else f"{self.lam:g}→{self.lam_end:g}"
         div = "KL" if self.divergence == "kl" else f"AB(a={self.ab[0]:g}, b={self.ab[1]:g})"
         detach = ", q detached in r" if self.detach_q else ""
-        return f"{div}({self.order.replace('||', '‖')}), α={self.alpha:g}, λ={lam}{detach}"
+        floor = ", no log floor" if self.log_floor is None else ""
+        return f"{div}({self.order.replace('||', '‖')}), α={self.alpha:g}, λ={lam}{detach}{floor}"
 
 
 #: The baselines of the card (§3) and AMiD's defaults, as members of one family.
@@ -150,13 +165,14 @@ def token_divergence(
     log_p = teacher_logits.detach().log_softmax(-1)
     log_q = student_logits.log_softmax(-1)
     lam = config.lam_at(progress)
-    log_r = log_assistant(log_p, log_q.detach() if config.detach_q else log_q, config.alpha, lam)
+    floor = config.log_floor
+    log_r = log_assistant(log_p, log_q.detach() if config.detach_q else log_q, config.alpha, lam, floor=floor)
     first, second = {"p||r": (log_p, log_r), "r||p": (log_r, log_p), "q||r": (log_q, log_r), "r||q": (log_r, log_q)}[
         config.order
     ]
     if config.divergence == "kl":
-        return kl(first, second)
-    return ab_divergence(first, second, *config.ab)
+        return kl(first, second, floor=floor)
+    return ab_divergence(first, second, *config.ab, floor=floor)
 
 
 def distillation_loss(

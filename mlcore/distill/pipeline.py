@@ -3,8 +3,13 @@
 The training recipe follows the AMiD card (§2 defaults): AdamW, weight decay 0.01, cosine schedule
 with a short warm-up, gradient clipping at 1.0. The teacher is frozen and evaluated in fp32; with
 ``bf16=True`` the student's forward pass and the loss run under bf16 autocast, the setting in which
-near-zero teacher probabilities break fragile losses. A step whose loss or gradient norm is not
-finite is skipped and counted, never silently repaired.
+near-zero teacher probabilities break fragile losses (``fp16=True``: fp16 autocast, without loss
+scaling, a harsher setting the benchmark's stability study uses). A step whose loss or gradient norm
+is not finite is skipped and counted, never silently repaired.
+
+Stability is also read from the gradient: :func:`gradient_spikes` counts the steps whose pre-clip
+gradient norm exceeds a fixed multiple of the run's median, which can fire in any precision (the
+clip hides such a step from the weights, not from this count).
 
 Evaluation on held-out windows: forward KL(p‖q) and reverse KL(q‖p) to the teacher per token,
 top-1 agreement, the student's perplexity of the text; and on student samples the teacher's NLL
@@ -32,6 +37,8 @@ from mlcore.train import warmup_cosine
 
 #: Teacher logits are kept for the whole training pool when they fit in this many bytes (fp32).
 TEACHER_CACHE_BYTES = 512 * 2**20
+#: A step is a gradient spike when its pre-clip norm exceeds this multiple of the run's median norm.
+SPIKE_FACTOR = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,10 +50,21 @@ class TrainConfig:
     clip: float = 1.0
     warmup_fraction: float = 0.05  #: the warm-up, as a fraction of the steps
     bf16: bool = False
+    #: fp16 autocast (no loss scaling): for stability studies; exclusive with ``bf16``.
+    fp16: bool = False
     #: Held-out evaluation interval in steps (0: only at the end). No default: the distill job's spec
     #: and the benchmark each give their own.
     eval_every: int
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.bf16 and self.fp16:
+            raise ValueError("choose one reduced precision: bf16 or fp16, not both")
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The autocast dtype of the student's forward pass and the loss (None: fp32)."""
+        return torch.bfloat16 if self.bf16 else torch.float16 if self.fp16 else None
 
 
 @dataclass
@@ -69,6 +87,22 @@ class DistillResult:
             "grad_norm_std": statistics.pstdev(norms),
             "grad_norm_max": max(norms),
         }
+
+
+def gradient_spikes(norms: list[float], factor: float = SPIKE_FACTOR) -> int:
+    """The steps whose gradient norm exceeds ``factor`` × the median of the finite norms.
+
+    A measure of instability that fires in fp32 as in any reduced precision: a loss whose gradient is
+    well behaved stays within a small multiple of its typical size, an unstable one jumps by an order of
+    magnitude. Non-finite norms are not counted here (the skipped-step counts hold them).
+    """
+    if factor <= 1:
+        raise ValueError(f"a spike is a multiple above 1 of the median gradient norm, got {factor}")
+    finite = [v for v in norms if math.isfinite(v)]
+    if not finite:
+        return 0
+    threshold = factor * statistics.median(finite)
+    return sum(v > threshold for v in finite)
 
 
 def student_config(teacher_config: Any, *, hidden: int, layers: int, intermediate: int, heads: int) -> Any:
@@ -157,8 +191,8 @@ class TeacherLogits:
         return self._forward(self.windows[index])
 
 
-def _autocast(enabled: bool, device: torch.device) -> Any:
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+def _autocast(dtype: torch.dtype | None, device: torch.device) -> Any:
+    return torch.autocast(device_type=device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
 
 def distill(
@@ -204,7 +238,7 @@ def distill(
         for group in optimizer.param_groups:
             group["lr"] = config.lr * warmup_cosine(step, steps=config.steps, warmup_steps=warmup_steps)
         student.train()
-        with _autocast(config.bf16, device):
+        with _autocast(config.autocast_dtype, device):
             logits = student(input_ids=ids).logits
             teacher_logits = targets(index).to(device=device, dtype=logits.dtype)
             loss = distillation_loss(logits, teacher_logits, loss_config, progress=step / max(1, config.steps - 1))
@@ -223,11 +257,13 @@ def distill(
             else:
                 result.nonfinite_grad_steps += 1
         if config.eval_every and (step + 1) % config.eval_every == 0 and step + 1 < config.steps:
-            held_out = evaluate(teacher, student, heldout_windows, bf16=config.bf16, targets=heldout_targets)
+            held_out = evaluate(
+                teacher, student, heldout_windows, bf16=config.bf16, fp16=config.fp16, targets=heldout_targets
+            )
             result.evals.append((step + 1, held_out))
         if on_step is not None:
             on_step(step, result)
-    final = evaluate(teacher, student, heldout_windows, bf16=config.bf16, targets=heldout_targets)
+    final = evaluate(teacher, student, heldout_windows, bf16=config.bf16, fp16=config.fp16, targets=heldout_targets)
     result.evals.append((config.steps, final))
     result.metrics = {
         **final,
@@ -249,6 +285,7 @@ def evaluate(
     windows: torch.Tensor,
     *,
     bf16: bool = False,
+    fp16: bool = False,
     batch_size: int = 16,
     targets: WindowLogits | None = None,
 ) -> dict[str, float]:
@@ -267,7 +304,7 @@ def evaluate(
     with torch.inference_mode():
         for start in range(0, len(windows), batch_size):
             ids = windows[start : start + batch_size].to(device)
-            with _autocast(bf16, device):
+            with _autocast(torch.bfloat16 if bf16 else torch.float16 if fp16 else None, device):
                 q_logits = student(input_ids=ids).logits
             if targets is None:
                 p_logits = teacher(input_ids=ids).logits.float()
