@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "watermark": "bench.watermark",
     "watermark-latency": "bench.watermark_latency",
     "watermark-embed": "bench.watermark_embed",
+    "watermark-offset": "bench.watermark_offset",
     "video": "bench.video",
     "pointcloud": "bench.pointcloud",
     "pointcloud-encodings": "bench.pointcloud_encodings",
