@@ -237,10 +237,12 @@ def export(
     return write_manifest(target, NAME, COMMAND, log)
 
 
-def cached_readback(workdir: Path, measure: Callable[[], dict[str, Any]], log: Any) -> dict[str, Any]:
-    """The whole-photo read-back of an export, measured once per work folder (``readback.json``), so
+def cached_readback(
+    workdir: Path, measure: Callable[[], dict[str, Any]], log: Any, *, name: str = "readback.json"
+) -> dict[str, Any]:
+    """The whole-photo read-back of an export, measured once per work folder and reader (``name``), so
     an export that is run again does not mark and read the photos again."""
-    readback_file = workdir / "readback.json"
+    readback_file = workdir / name
     if readback_file.is_file():
         readback = json.loads(readback_file.read_text())
     else:

@@ -346,7 +346,9 @@ def export(
             bundle, {"joint": bundle.extractor}, images, seed=recipe.readback_seed, target_psnr=recipe.readback_psnr
         )
 
-    readback = cached_readback(workdir, measure, log)
+    # One work folder can be exported with several readers (the fixed grid, a secret offset): each its own read-back.
+    name = f"readback-{recipe.grid_offset}.json" if recipe.grid_offset else "readback.json"
+    readback = cached_readback(workdir, measure, log, name=name)
 
     if target.exists():
         shutil.rmtree(target)

@@ -293,6 +293,9 @@ def test_the_random_offset_recipe_records_the_option_where_the_portal_reads_it(t
     bundle = load_bundle(out)
     assert embed.offset_mode(bundle.extractor) == "random" and bundle.extractor.readout is None
     assert json.loads((out / "card.json").read_text())["training"]["embed_grid_offset"] == "random"
+    # Its photo read-back is its own reader's: a fixed-grid export of the same work folder measures again.
+    assert (tmp_path / "work" / "readback-random.json").is_file()
+    assert not (tmp_path / "work" / "readback.json").exists()
     # The bootstrap recipe's bundles keep the fixed grid.
     assert molm_residual.RECIPE.grid_offset is None
     assert molm_residual.VARIANTS["random-offset-search"].grid_offset == "random-search"
