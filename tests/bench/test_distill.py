@@ -48,7 +48,7 @@ def test_each_loss_takes_the_rate_with_the_lowest_validation_fkl_not_test_fkl():
 
 def test_the_other_seeds_run_only_at_the_chosen_rate_once_the_grid_is_done():
     spec = {**TIERS["full"], "arms": (Config("fkl"),), "seeds": 3, "claim_seeds": 3}
-    rows = [_row(Config("fkl", lr=lr), val=v) for lr, v in zip(LRS, (3.0, 1.0, 2.0), strict=True)]
+    rows = [_row(Config("fkl", lr=lr), val=v) for lr, v in zip(LRS, (3.0, 1.0, 2.0, 4.0), strict=True)]
     later = _configs(spec, rows)[len(LRS) :]
     assert [(c.lr, c.seed) for c in later] == [(LRS[1], 1), (LRS[1], 2)]
 
