@@ -39,7 +39,7 @@ MIN_AGE_S = 60.0
 UPLOAD_AGE_S = 6 * 3600.0
 
 
-def _try_lock(path: Path) -> int | None:
+def try_lock(path: Path) -> int | None:
     """An exclusive, non-blocking ``flock``; ``None`` while another process holds it."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -56,7 +56,7 @@ def _try_lock(path: Path) -> int | None:
 def scratch_folder(purpose: str) -> Iterator[Path]:
     """A private (0700) temporary folder, locked while in use and removed after."""
     root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{purpose}-"))
-    fd = _try_lock(root)
+    fd = try_lock(root)
     try:
         yield root
     finally:
@@ -87,7 +87,7 @@ def sweep(directory: Path | None = None, *, uploads: Path | None = None, now: fl
         if not _old(folder, MIN_AGE_S, now):
             continue
         try:
-            fd = _try_lock(folder)
+            fd = try_lock(folder)
         except FileNotFoundError:  # its own process removed it meanwhile
             continue
         if fd is None:

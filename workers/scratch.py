@@ -24,8 +24,6 @@ wrote logs beside the folder) follow the same database rule and the lock of thei
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import logging
 import os
 import re
@@ -39,24 +37,13 @@ from typing import Any
 
 from celery import signals
 
+from webapp.scratch import try_lock
+
 log = logging.getLogger(__name__)
 
 PREFIX = "moelab-job-"
 #: ``moelab-job-<uuid>-<random>`` folders and ``moelab-log-<uuid>-<random>.txt`` files.
 _ENTRY = re.compile(r"^moelab-(?P<what>job|log)-(?P<job>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-")
-
-
-def _lock(path: Path) -> int | None:
-    """An exclusive, non-blocking ``flock`` on a folder; ``None`` while another process holds it."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return None
-        raise
-    return fd
 
 
 @dataclass
@@ -75,7 +62,7 @@ class JobScratch:
     def create(cls, job_id: object, *, redirect_tempfiles: bool = True) -> JobScratch:
         # mkdtemp makes the folder 0700: keys and uploads inside are readable by this user only.
         root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{job_id}-"))
-        fd = _lock(root)
+        fd = try_lock(root)
         if fd is None:  # pragma: no cover - nobody else knows the random name yet
             raise RuntimeError(f"scratch folder {root.name} is locked by another process")
         (root / "work").mkdir()
@@ -137,7 +124,7 @@ def sweep(directory: Path | None = None) -> list[Path]:
         try:
             for folder in folders:
                 try:
-                    fd = _lock(folder)
+                    fd = try_lock(folder)
                 except FileNotFoundError:  # its own process removed it meanwhile
                     continue
                 if fd is None:

@@ -7,9 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +18,6 @@ from tests.workers.processes import ROOT
 from webapp.accounts.models import Team
 from webapp.jobs.services import job_submit
 from webapp.scratch import MIN_AGE_S, PREFIX, UPLOAD_AGE_S, scratch_folder, sweep
-
-
-@pytest.fixture
-def tmp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    root = tmp_path / "tmp"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    yield root
 
 
 def age(path: Path, seconds: float) -> None:
