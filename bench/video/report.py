@@ -377,7 +377,9 @@ def _judge_pair(
     return judge(claim, (name, [mine[s] for s in seeds]), (other, [yours[s] for s in seeds]), seconds_per_run=seconds)
 
 
-def quality_verdicts(q: dict[str, list[dict[str, Any]]], lead: str = "") -> list[Any]:
+def quality_verdicts(
+    q: dict[str, list[dict[str, Any]]], lead: str = "", *, off_scale: str | None = MOGA_OFF_SCALE
+) -> list[Any]:
     """MoGA + local against each baseline pattern, paired by seed, in held-out RF loss."""
     from bench.verdicts import Claim
 
@@ -391,7 +393,7 @@ def quality_verdicts(q: dict[str, list[dict[str, Any]]], lead: str = "") -> list
                 RF_LOSS_SOURCE,
                 higher_is_better=False,
                 ceiling=0.0,
-                off_scale=MOGA_OFF_SCALE,
+                off_scale=off_scale,
             )
             out.append(_judge_pair(claim, "moga", q["moga"], other, q[other], "heldout_rf_loss"))
     return out
@@ -517,19 +519,7 @@ def long_context_verdicts(lc: dict[str, list[dict[str, Any]]]) -> list[Any]:
             off_scale=off_scale,
         )
         out.append(_judge_pair(claim, "moga", rows, "full", lc["full"], "heldout_rf_loss"))
-    for other in ("local", "random", "blocktopk", "sta"):
-        if other in lc:
-            claim = Claim(
-                f"{lead}MoGA + local beats {other}",
-                "held-out RF loss",
-                RF_LOSS_EFFECT,
-                RF_LOSS_SOURCE,
-                higher_is_better=False,
-                ceiling=0.0,
-                off_scale=off_scale,
-            )
-            out.append(_judge_pair(claim, "moga", rows, other, lc[other], "heldout_rf_loss"))
-    return out
+    return out + quality_verdicts(lc, lead, off_scale=off_scale)
 
 
 def _activation_claim(p: dict[str, list[dict[str, Any]]], lead: str = "") -> list[str]:
