@@ -86,7 +86,7 @@ from torch import nn
 
 from mlcore.watermark.embed import MAX_STRENGTH
 from mlcore.watermark.extractor import Extractor
-from mlcore.watermark.markers import routed_convolutions
+from mlcore.watermark.markers import key_rows, routed_convolutions
 from mlcore.watermark.quality import ssim
 from mlcore.watermark.residual_attacks import ATTACK_MIX, jpeg_real, quantise, random_attacks, rescale
 from mlcore.watermark.residual_train import (
@@ -293,10 +293,7 @@ class KeyModulation(ModelMixin, ConfigMixin):
         """Inside the block the attached decoder is modulated by ``bits`` ((M,) or (B, M))."""
         if not self._handles:
             raise RuntimeError("attach the modulation to a VAE first")
-        key = torch.as_tensor(np.asarray(bits) if not isinstance(bits, torch.Tensor) else bits).float()
-        key = key.reshape(1, -1) if key.ndim == 1 else key
-        if key.shape[-1] != self.num_bits:
-            raise ValueError(f"the key has {key.shape[-1]} bits but this modulation carries {self.num_bits}")
+        key = key_rows(bits, self.num_bits, "this modulation carries").float()
         self._scales = self.scales(key)
         try:
             yield

@@ -86,6 +86,15 @@ def parse_key(bits: str, num_bits: int) -> np.ndarray:
     return np.array([c == "1" for c in text], dtype=np.float32)
 
 
+def key_rows(bits: torch.Tensor | np.ndarray, num_bits: int, carrier: str) -> torch.Tensor:
+    """A key ((M,) or (B, M)) as rows (B, M); a sentence naming the ``carrier`` when M is not ``num_bits``."""
+    key = torch.as_tensor(np.asarray(bits) if not isinstance(bits, torch.Tensor) else bits)
+    key = key.reshape(1, -1) if key.ndim == 1 else key
+    if key.shape[-1] != num_bits:
+        raise ValueError(f"the key has {key.shape[-1]} bits but {carrier} {num_bits}")
+    return key
+
+
 class Markers(ModelMixin, ConfigMixin):
     """The LoRA banks: for slot l, A_l (P, r, C_in) and B_l (P, C_out, r); see the module docstring."""
 
@@ -220,10 +229,7 @@ class Markers(ModelMixin, ConfigMixin):
         """Inside the block, the attached decoder is watermarked with ``bits`` ((M,) or (B, M))."""
         if not self._handles:
             raise RuntimeError("attach the markers to a VAE first")
-        key = torch.as_tensor(np.asarray(bits) if not isinstance(bits, torch.Tensor) else bits)
-        key = key.reshape(1, -1) if key.ndim == 1 else key
-        if key.shape[-1] != self.num_bits:
-            raise ValueError(f"the key has {key.shape[-1]} bits but these markers carry {self.num_bits}")
+        key = key_rows(bits, self.num_bits, "these markers carry")
         self._symbols = bits_to_symbols(key.to(self.device), self.bits_per_symbol)
         try:
             yield
