@@ -104,9 +104,6 @@ def pretrain(
 ) -> None:
     """Train ``params`` of ``subject`` on fresh batches of the built-in multi-task mix (as prompts
     when ``text``): cross-entropy on the answer plus a per-layer Switch balance loss on the routers."""
-    from mlcore.moe.losses import switch_load_balance_loss
-    from mlcore.moe.routers import Routing
-
     params = list(params)
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
     schedule = warmup_cosine_scheduler(optimizer, steps=steps, warmup_steps=max(1, int(0.1 * steps)), floor=0.05)
@@ -116,18 +113,32 @@ def pretrain(
         data = multitask_set(batch_size, generator)
         logits = subject.classify(as_text(data) if text else data)
         loss = nn.functional.cross_entropy(logits, data.labels.to(logits.device))
-        for probs, top_k in subject.router_probs():
-            _, ids = torch.topk(probs, top_k, dim=-1)
-            routing = Routing(ids, probs, probs, probs, probs.shape[-1])
-            loss = loss + balance_weight * switch_load_balance_loss(routing).to(loss.device)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        schedule.step()
+        loss = with_router_balance(loss, subject, balance_weight)
+        clipped_step(optimizer, schedule, params, loss)
         if on_step is not None:
             on_step(step, loss.item())
     subject.eval()
+
+
+def with_router_balance(loss: Tensor, subject: Subject, weight: float) -> Tensor:
+    """``loss`` plus ``weight`` × the Switch load-balance loss of each MoE layer's routing in the last forward."""
+    from mlcore.moe.losses import switch_load_balance_loss
+    from mlcore.moe.routers import Routing
+
+    for probs, top_k in subject.router_probs():
+        _, ids = torch.topk(probs, top_k, dim=-1)
+        routing = Routing(ids, probs, probs, probs, probs.shape[-1])
+        loss = loss + weight * switch_load_balance_loss(routing).to(loss.device)
+    return loss
+
+
+def clipped_step(optimizer: torch.optim.Optimizer, schedule: Any, params: list[Tensor], loss: Tensor) -> None:
+    """One optimiser step on ``loss`` with the gradient norm clipped to 1, then the schedule's step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    schedule.step()
 
 
 # -- embeddings, routing vectors and neighbours ------------------------------------------------

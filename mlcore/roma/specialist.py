@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from mlcore.roma.model import MoEClassifier, MoEClassifierConfig
+from mlcore.roma.roma import clipped_step, with_router_balance
 from mlcore.roma.tasks import SYNONYMS, MultiTaskSet, multitask_set
 from mlcore.train import warmup_cosine_scheduler
 
@@ -110,8 +111,6 @@ def pretrain_specialists(
     phrasing (module docstring). Each step: the answer loss under task routing, plus the routers'
     cross-entropy toward their task's experts on the examples phrased with ``router_synonyms``
     (a second forward, with the routers' own routing), plus a Switch balance loss."""
-    from mlcore.moe.losses import switch_load_balance_loss
-    from mlcore.moe.routers import Routing
 
     torch.manual_seed(config.seed)
     model = MoEClassifier(model_config)
@@ -130,11 +129,7 @@ def pretrain_specialists(
         routed = {layer: table[data.tasks] for layer in layers}
         logits = model.classify(data, routed)
         loss = nn.functional.cross_entropy(logits, data.labels)
-        for probs, top_k in model.router_probs():
-            _, ids = torch.topk(probs, top_k, dim=-1)
-            loss = loss + config.balance_weight * switch_load_balance_loss(
-                Routing(ids, probs, probs, probs, probs.shape[-1])
-            )
+        loss = with_router_balance(loss, model, config.balance_weight)
         taught = torch.isin(data.synonyms, allowed)
         if taught.any():
             rows = torch.nonzero(taught)[:, 0]
@@ -144,11 +139,7 @@ def pretrain_specialists(
             goal = torch.where(stale, (data.tasks[rows] + 1) % len(config.tasks), data.tasks[rows])
             target = (1 - config.router_smoothing) * table[goal] + config.router_smoothing / model_config.experts
             loss = loss + config.router_weight * router_loss(model, data.subset(rows), layers, target)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        schedule.step()
+        clipped_step(optimizer, schedule, params, loss)
         if on_step is not None:
             on_step(step, loss.item())
     return model.eval()
