@@ -77,6 +77,9 @@ def _summarize(scalars: Mapping[str, Any]) -> str:
     if counts and sum(counts.values()) > 0:
         largest = max(counts, key=counts.__getitem__)
         line += f"; largest class {largest} ({counts[largest] / sum(counts.values()):.0%})"
+    lacking = [a for a in ("colour", "intensity") if scalars.get(f"missing_{a}")]
+    if lacking:
+        line += f"; **the file has no {' or '.join(lacking)}, which the segmenter always trained with** (less reliable)"
     if scalars.get("nonfinite_voxel_share"):
         line += f"; **{scalars['nonfinite_voxel_share']:.1%} of voxels overflowed** (their labels are not predictions)"
     if scalars.get("miou_vs_file_labels") is not None:
@@ -284,6 +287,25 @@ def chosen_attributes(setting: str, kind: str, trained: tuple[str, ...] | None =
     return tuple(setting.split("+"))
 
 
+def unprepared_attributes(missing: Sequence[str], robust: tuple[str, ...] | None) -> list[str]:
+    """Of the attributes the segmenter asked for and the file lacks, those its training never left
+    out (``robust``: :func:`~mlcore.pointcloud.augment.robust_attributes`)."""
+    return [a for a in missing if a not in (robust or ())]
+
+
+def missing_attribute_warning(attributes: Sequence[str]) -> str:
+    """The log's warning for a file without attributes the segmenter always trained with. Why loud:
+    without them such a model does not fall back to geometry, it mislabels (the zoo segmenter's mIoU
+    on SynMix validation scans falls by half or more; a user segmenter trained on painted doors with
+    colour labels colourless rooms almost entirely wrong, bench/results/pointcloud-attributes.md)."""
+    names = " and ".join(attributes)
+    return (
+        f"warning: this segmenter was trained on scans with {names} and never without; the file holds no "
+        f"{names}, so expect far less reliable labels than on scans that do. Segment a file that keeps the "
+        f"{names}, or train a segmenter for such scans with pointcloud-train on labelled scans without it."
+    )
+
+
 def coarse_miou(pred: Any, truth: Any) -> tuple[float, dict[str, float]]:
     """mIoU over the coarse classes present, from coarse ids (−1: no coarse class, not counted)."""
     import numpy as np
@@ -378,6 +400,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     import numpy as np
 
     from mlcore.jobs.pointcloud_train.user_scans import metric_name
+    from mlcore.pointcloud.augment import robust_attributes
     from mlcore.pointcloud.io import read_cloud
     from mlcore.pointcloud.io.cloud import Cloud
     from mlcore.pointcloud.io.ply import write_ply
@@ -424,8 +447,11 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     available = held_attributes(cloud)
     used = tuple(a for a in wanted if available[a])
     missing = [a for a in wanted if not available[a]]
+    unprepared = unprepared_attributes(missing, robust_attributes(config))
     if missing:
         ctx.log(f"attributes: asked for {' and '.join(missing)}, which the file does not hold; left out")
+    if unprepared:
+        ctx.log(missing_attribute_warning(unprepared))
     ignored = [a for a, present in available.items() if present and a not in used]
     ctx.log(
         f"attributes used: geometry{''.join(' + ' + a for a in used)}"
@@ -526,6 +552,9 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         "file_has_intensity": float(available["intensity"]),
         "used_colour": float("colour" in used),
         "used_intensity": float("intensity" in used),
+        # An attribute the segmenter always had and the file lacks: the summary must say so.
+        "missing_colour": float("colour" in unprepared),
+        "missing_intensity": float("intensity" in unprepared),
     }
     if result.nonfinite:
         ctx.log(

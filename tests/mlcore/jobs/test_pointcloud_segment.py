@@ -104,3 +104,28 @@ def test_the_try_with_a_sample_button_segments_the_sample_room_with_the_zoo_poin
     # The zoo model was trained on rooms like this one (dataset A): far better than chance.
     assert scalars["miou_vs_file_labels"] > 0.4 and scalars["accuracy_vs_file_labels"] > 0.6
     assert scalars["count_floor"] > 0 and scalars["count_wall"] > 0
+
+
+def test_a_room_without_the_colour_the_segmenter_always_had_is_segmented_with_a_loud_warning(segmenter, tmp_path):
+    rng = np.random.default_rng(0)
+    xyz = rng.uniform(0, 5, (3000, 3)).astype(np.float32)
+    bare = write_ply(tmp_path / "bare.ply", xyz)
+    outcome, ctx = run({"model": str(segmenter)}, {"cloud": [bare]})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert ctx.metrics.scalars["missing_colour"] == 1.0 and ctx.metrics.scalars["missing_intensity"] == 0.0
+    assert any(line.startswith("warning: this segmenter was trained on scans with colour") for line in ctx.lines)
+    summary = get_kind("pointcloud-segment").spec.summarize(ctx.metrics.scalars)
+    assert "the file has no colour, which the segmenter always trained with" in summary
+
+
+def test_a_room_with_its_colour_gets_no_missing_attribute_warning(segmenter, tmp_path):
+    rng = np.random.default_rng(0)
+    xyz = rng.uniform(0, 5, (3000, 3)).astype(np.float32)
+    coloured = write_ply(tmp_path / "coloured.ply", xyz, rgb=rng.integers(0, 256, (3000, 3)).astype(np.uint8))
+    outcome, ctx = run({"model": str(segmenter)}, {"cloud": [coloured]})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert ctx.metrics.scalars["missing_colour"] == 0.0
+    assert not any(line.startswith("warning: this segmenter") for line in ctx.lines)
+    assert "which the segmenter always trained with" not in get_kind("pointcloud-segment").spec.summarize(
+        ctx.metrics.scalars
+    )
