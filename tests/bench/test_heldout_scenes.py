@@ -278,36 +278,40 @@ def test_a_room_file_is_segmented_as_the_job_does_indoors_with_its_colour(tmp_pa
     assert not list(tmp_path.iterdir())  # the written files are removed
 
 
+def _row(scan: str, kind: str, encoding: str, right: int) -> dict:
+    """A row of one scan whose points of the kind's ground class are ``right`` in 10 (the rest wall)."""
+    from bench.heldout_scenes.evaluate import DIAGNOSTIC
+
+    k = len(LABELS)
+    fine = np.zeros((k, k), int)
+    truth = LABELS.index("floor" if kind == "room" else "road")
+    fine[truth, truth] = right
+    fine[truth, LABELS.index("wall" if kind == "room" else "building")] = 10 - right
+    coarse = np.zeros((len(COARSE), len(COARSE)), int)
+    for i in range(k):
+        for j in range(k):
+            coarse[COARSE_ID[i], COARSE_ID[j]] += fine[i, j]
+    return {
+        "scan": scan,
+        "kind": kind,
+        "sensor": "surface",
+        "encoding": encoding,
+        "diagnostic": encoding == DIAGNOSTIC,
+        "attributes": "colour",
+        "chosen_kind": "indoor" if kind == "room" else "outdoor",
+        "fine_confusion": fine.tolist(),
+        "coarse_confusion": coarse.tolist(),
+    }
+
+
 def test_the_report_keeps_the_diagnostic_apart_and_says_how_far_from_the_goal() -> None:
     from bench.heldout_scenes.evaluate import DIAGNOSTIC, GOAL, model_summary, report
 
-    def row(scan: str, kind: str, encoding: str, right: int) -> dict:
-        k = len(LABELS)
-        fine = np.zeros((k, k), int)
-        truth = LABELS.index("floor" if kind == "room" else "road")
-        fine[truth, truth] = right
-        fine[truth, LABELS.index("wall" if kind == "room" else "building")] = 10 - right
-        coarse = np.zeros((len(COARSE), len(COARSE)), int)
-        for i in range(k):
-            for j in range(k):
-                coarse[COARSE_ID[i], COARSE_ID[j]] += fine[i, j]
-        return {
-            "scan": scan,
-            "kind": kind,
-            "sensor": "surface",
-            "encoding": encoding,
-            "diagnostic": encoding == DIAGNOSTIC,
-            "attributes": "colour",
-            "chosen_kind": "indoor" if kind == "room" else "outdoor",
-            "fine_confusion": fine.tolist(),
-            "coarse_confusion": coarse.tolist(),
-        }
-
     rows = [
-        row("room-0", "room", "PLY binary LE (own writer)", 9),
-        row("street-0", "street", "PLY binary LE (own writer)", 4),
-        row("room-0", "room", DIAGNOSTIC, 10),
-        row("street-0", "street", DIAGNOSTIC, 10),
+        _row("room-0", "room", "PLY binary LE (own writer)", 9),
+        _row("street-0", "street", "PLY binary LE (own writer)", 4),
+        _row("room-0", "room", DIAGNOSTIC, 10),
+        _row("street-0", "street", DIAGNOSTIC, 10),
     ]
     summary = model_summary(rows)
     assert set(summary["by_encoding"]) == {"room | PLY binary LE (own writer)", "street | PLY binary LE (own writer)"}
@@ -324,3 +328,41 @@ def test_the_report_keeps_the_diagnostic_apart_and_says_how_far_from_the_goal() 
     street = summary["by_encoding"]["street | PLY binary LE (own writer)"]["coarse_miou"]
     assert f"{GOAL - street:.3f} short of {GOAL}" in text
     assert "Diagnostic" in text and "✗" in text
+
+
+def test_the_report_sets_each_variant_beside_the_recipe_with_its_synmix_fit_and_both_held_out_scores() -> None:
+    from bench.heldout_scenes.evaluate import GEOMETRY, REFERENCE, model_summary, report, seed_table
+
+    def trained(right: int, geometry_right: int, seen: float) -> dict:
+        per_seed = {}
+        for seed in (0, 1):
+            rows = [_row("room-0", "room", REFERENCE, right), _row("room-0", "room", GEOMETRY, geometry_right)]
+            per_seed[seed] = model_summary(rows)
+        synmix = {seed: {"A": seen, "B": seen, "C": seen, "D": seen, "E": 0.5, "F": 0.3} for seed in (0, 1)}
+        return {"seeds": [0, 1], "note": "test", "per_seed": per_seed, "table": seed_table(per_seed), "synmix": synmix}
+
+    recipe = trained(9, 5, 0.6)
+    longer = trained(6, 2, 0.9)
+    summary = model_summary([_row("room-0", "room", REFERENCE, 9)])
+    text = report(
+        {
+            "tier": "full",
+            "parameters_sha256": PARAMETERS_SHA256,
+            "scans": [],
+            "zoo": {"source": "test", "summary": summary},
+            "seeds": recipe,
+            "variants": {"longer": {**longer, "changes": {"steps": 1500}}},
+            "seconds": 1.0,
+            "machine": {"platform": "test"},
+        }
+    )
+    table = text.split("## The recipe trained longer")[1].split("Coarse IoU per class")[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
+    # SynMix: seen 0.9, zero-shot the mean of E and F. Held out: only ground is in the truth, so the
+    # coarse mIoU is its IoU, 6 of 10 points with the attributes and 2 of 10 without.
+    assert "| longer | 2 | 0.900 ± 0.000 | 0.400 ± 0.000 |" in rows["longer"]
+    assert rows["longer"].endswith("| 0.600 ± 0.000 | 0.200 ± 0.000 |")
+    zoo_row = rows["the zoo recipe (pointmoe-synmix)"]
+    assert zoo_row.startswith("| the zoo recipe (pointmoe-synmix) | 2 | 0.600 ± 0.000")
+    assert zoo_row.endswith("| 0.900 ± 0.000 | 0.500 ± 0.000 |")
+    assert "| longer | room | ground 0.60 |" in text
