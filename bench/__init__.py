@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "pointcloud-encodings": "bench.pointcloud_encodings",
     "pointcloud-heldout": "bench.heldout_scenes.evaluate",
     "pointcloud-attributes": "bench.pointcloud_attributes",
+    "pointcloud-density": "bench.pointcloud_density",
 }
 #: Benchmarks of the web platform: they need Django set up (``python -m bench`` does it before
 #: importing them) and a migrated database of their own, PostgreSQL and Redis, which

@@ -2,7 +2,7 @@
 that compare them with the zoo (:mod:`bench.pointcloud_attributes`, :mod:`bench.heldout_scenes`).
 
 ``python -m bench.pointcloud_candidates NAME [--augment robust|balanced] [--height scan]
-[--steps N] [--scenes N] [--seed S]`` trains the ``pointmoe-synmix`` recipe with those changes
+[--steps N] [--scenes N] [--surveys SHARE] [--seed S]`` trains the ``pointmoe-synmix`` recipe with those changes
 into ``var/pointcloud-candidates/NAME`` (resumable from its ``state.pt``; never the zoo), evaluates
 it on every dataset's validation scans as the zoo recipe does and saves a segmenter folder; name it
 in ``$MOELAB_BENCH_SEGMENTERS`` (``name=var/pointcloud-candidates/NAME``) for the studies.
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--height", default=None)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--scenes", type=int, default=None)
+    parser.add_argument("--surveys", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     changes = {k: v for k, v in vars(args).items() if k not in ("name", "seed") and v is not None}

@@ -21,6 +21,7 @@ reproducible and the train / validation scenes never coincide.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,6 +134,34 @@ def make_scan(spec: DatasetSpec | str, index: int, split: str = "train") -> sens
     )
     scan.labels = spec.remap()[scan.labels].astype(np.int32)
     return scan
+
+
+def lidar_at(scene: scenes.Scene, rng: np.random.Generator, x: float, **sensor_args: Any) -> sensors.Scan:
+    """One LiDAR scan of a street from a spot at ``x`` along its road (anywhere across the lanes)."""
+    _, y0, _, y1 = scene.free_area
+    return sensors.lidar(dataclasses.replace(scene, free_area=(x - 0.5, y0, x + 0.5, y1)), rng, **sensor_args)
+
+
+def make_survey(spec: DatasetSpec | str, index: int, split: str = "train", *, positions: int = 6) -> sensors.Scan:
+    """Scan ``index``'s street (the same scene as :func:`make_scan`'s) surveyed as a mobile-mapping van
+    does: the dataset's LiDAR fired from ``positions`` spots evenly spaced along the road, the scans
+    merged. The same surfaces as one scan, filled in where one scan leaves rings and gaps at range:
+    the density of the surveys users upload, which a model trained on single scans labels worse
+    (bench/results/pointcloud-density.md)."""
+    spec = get_dataset(spec) if isinstance(spec, str) else spec
+    if spec.sensor != "lidar":
+        raise ValueError(f"dataset {spec.name} is not a LiDAR street: only streets are surveyed")
+    rng = np.random.default_rng(_seed("synmix", spec.name, split, index))
+    scene = scenes.street(rng, **spec.scene_args)
+    reach = 25.0  # the default 70 m street, 10 m clear of its ends
+    parts = [lidar_at(scene, rng, float(x), **spec.sensor_args) for x in np.linspace(-reach, reach, positions)]
+    labels = spec.remap()[np.concatenate([p.labels for p in parts])].astype(np.int32)
+    return sensors.Scan(
+        xyz=np.concatenate([p.xyz for p in parts]),
+        rgb=None,
+        intensity=np.concatenate([p.intensity for p in parts]),
+        labels=labels,
+    )
 
 
 #: The share of a scan's points that may lie under its ground before they lift it (``ground_level``).

@@ -9,6 +9,10 @@
   intensity dropped, re-mapped as another sensor would report them, or synthesised where the scan
   had none (:mod:`mlcore.pointcloud.augment`), so the model does not collapse without the
   attribute it trained with.
+- **Surveys** (``surveys``, off unless asked for): that share of each LiDAR dataset's training scans
+  are mobile-mapping surveys of the same streets (:func:`~mlcore.pointcloud.datasets.make_survey`,
+  six positions merged), so the model also sees surfaces filled in as a user's survey fills them:
+  trained on single scans only, a model labels a 2M-point survey worse than a 100k sample of it.
 - **Heights** of training crops are measured from the crop's lowest point unless ``height="scan"``
   (then from the scan's, as at inference); the recipes so far were trained with the former.
 - Loss: cross-entropy over the sample's dataset label set (logits of other classes masked, merged
@@ -44,6 +48,7 @@ from mlcore.pointcloud.datasets import (
     get_dataset,
     grid_sample,
     make_scan,
+    make_survey,
     point_features,
 )
 from mlcore.pointcloud.ptv3 import PointBatch, PTv3, PTv3Config, restrict_logits
@@ -165,6 +170,9 @@ class TrainConfig:
     #: evaluation compute, so a crop of ceiling is not a floor at height 0). None is the caller's
     #: default: "crop" here, so recipes and caches reproduce; "scan" for a user's scans.
     height: str | None = None
+    #: The share of each LiDAR dataset's training scans that are surveys (:func:`survey_loader`); 0:
+    #: single scans only, as every recipe so far.
+    surveys: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -207,6 +215,20 @@ class ScanPool:
         return prepare(scans[i], spec, points=points, rng=rng, augment=True, voxels=self._voxels[name, i])[0]
 
 
+def survey_loader(share: float) -> Callable[[str, int, str], Scan]:
+    """:func:`make_scan`, except that ``share`` of a LiDAR dataset's training scans (every
+    round(1 / share)-th index) are :func:`make_survey` surveys of the same street."""
+    every = max(1, round(1 / share))
+
+    def load(name: str, index: int, split: str) -> Scan:
+        spec = get_dataset(name)
+        if split == "train" and spec.sensor == "lidar" and index % every == 0:
+            return make_survey(spec, index, split)
+        return make_scan(spec, index, split)
+
+    return load
+
+
 def segmentation_loss(logits: Tensor, labels: Tensor, allowed: Tensor) -> Tensor:
     """Cross-entropy over each point's dataset label set; ignored points do not count."""
     valid = labels != IGNORE
@@ -241,7 +263,7 @@ def train(
     height = cfg.height or "crop"
     if height not in HEIGHTS:
         raise ValueError(f"height must be one of {', '.join(HEIGHTS)}, got {height!r}")
-    pool = pool or ScanPool(cfg.datasets, cfg.scenes)
+    pool = pool or ScanPool(cfg.datasets, cfg.scenes, load=survey_loader(cfg.surveys) if cfg.surveys else make_scan)
     val = (
         {name: [make_scan(name, i, "val") for i in range(cfg.eval_scenes)] for name in cfg.datasets}
         if cfg.eval_every

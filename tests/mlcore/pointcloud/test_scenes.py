@@ -84,3 +84,26 @@ def test_grid_sampling_maps_every_point_to_a_kept_point_in_its_own_voxel():
     assert len(keep) < len(xyz) and inverse.shape == (5000,)
     cell = np.floor((xyz - xyz.min(0)) / 0.1)
     assert (cell[keep[inverse]] == cell).all()
+
+
+def test_a_survey_is_the_single_scans_street_seen_from_spots_along_the_road():
+    from mlcore.pointcloud.datasets import make_survey
+
+    single, survey = make_scan("D", 3), make_survey("D", 3, positions=4)
+    assert len(survey) > 3 * len(single) and survey.rgb is None and survey.intensity is not None
+    # The same street: what the single scan sees of each class, the survey sees too, and nothing else.
+    assert set(np.unique(single.labels)) <= set(np.unique(survey.labels)) <= set(DATASETS["D"].class_ids) | {IGNORE}
+    # Spots spread over 50 m of road: the survey reaches further along the street than one scan.
+    assert np.ptp(survey.xyz[:, 0]) > np.ptp(single.xyz[:, 0])
+    with pytest.raises(ValueError, match="only streets are surveyed"):
+        make_survey("A", 0)
+
+
+def test_the_survey_loader_makes_every_kth_street_a_survey_and_leaves_rooms_and_validation_alone():
+    from mlcore.pointcloud.pipeline import survey_loader
+
+    load = survey_loader(0.5)
+    assert len(load("C", 0, "train")) > 2 * len(make_scan("C", 0, "train"))  # index 0: a survey
+    assert np.array_equal(load("C", 1, "train").xyz, make_scan("C", 1, "train").xyz)
+    assert np.array_equal(load("C", 0, "val").xyz, make_scan("C", 0, "val").xyz)
+    assert np.array_equal(load("A", 0, "train").xyz, make_scan("A", 0, "train").xyz)

@@ -1,0 +1,236 @@
+"""``pointcloud-density``: a large scan labels as well as a small sample of the same scene (issue #22,
+point 6: a 2-million-point scan's mIoU within 0.03 of the scene sampled at 100,000 points).
+
+The scene. A SynMix street 240 m long (:func:`mlcore.pointcloud.scenes.street`), surveyed as a mobile
+mapping van does: the validation street's 64-beam LiDAR (dataset C's sensor) fired from positions
+evenly spaced along the road, every scan's points merged, until the survey holds
+:data:`SURVEY_POINTS`. Each point keeps the intensity and the label the LiDAR gave it. The smaller
+clouds are uniform random samples of that survey (the same surfaces, fewer points): what a user who
+thins a survey before uploading it, or a sparser sensor's pass, gives the segmenter.
+
+Each cloud is segmented as ``pointcloud-segment`` does on a street (:func:`~mlcore.pointcloud.segment.
+segment_cloud`: grid 0.1 m, the outdoor classes, intensity, tiles of at most 150k voxels) and scored
+by mIoU over the classes present, on every point of that cloud. *Δ* is the survey's mIoU minus the
+100k sample's (goal |Δ| ≤ :data:`GOAL`). Voxels per point says what changes with density: one
+grid-sampled voxel stands for many more survey points, and the model sees every surface filled in
+where a single scan (what it was trained on) leaves it sparse at range.
+
+Models: the zoo Point-MoE and any segmenter folder named in ``$MOELAB_BENCH_SEGMENTERS``
+(``name=folder;…``, as :mod:`bench.pointcloud_attributes` reads it).
+
+``python -m bench pointcloud-density --tier quick|full`` writes ``bench/results/pointcloud-density.md``
+and ``.json``; the full tier caches each (model, street, size) row in
+``bench/cache/pointcloud-density.jsonl``, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.cache import Store
+from bench.common import full_tier_cache, machine, write_results, zoo_fingerprints
+
+NAME = "pointcloud-density"
+GOAL = 0.03  #: |mIoU(survey) − mIoU(100k sample)| the issue allows
+SURVEY_POINTS = 2_000_000
+STREET_LENGTH = 240.0  #: metres
+GRID = 0.1  #: the job's outdoor grid
+#: Streets (seeds) and cloud sizes per tier; the largest size is the survey itself.
+TIERS: dict[str, dict[str, Any]] = {
+    "quick": {"streets": 1, "sizes": (100_000, SURVEY_POINTS)},
+    "full": {"streets": 3, "sizes": (100_000, 500_000, SURVEY_POINTS)},
+}
+CACHE = Path(__file__).resolve().parent / "cache" / f"{NAME}.jsonl"
+
+
+@dataclasses.dataclass
+class Survey:
+    xyz: np.ndarray  #: [n, 3] float32, metres
+    intensity: np.ndarray  #: [n] float32 in [0, 1]
+    labels: np.ndarray  #: [n] dataset C's labels (master ids; −1 unlabelled)
+    positions: int  #: LiDAR positions merged
+
+
+def survey(street: int, points: int = SURVEY_POINTS) -> Survey:
+    """Street ``street`` (its own seed) surveyed by dataset C's LiDAR from evenly spaced positions along
+    the road until ``points`` points are held (the last scan's extra points dropped at random)."""
+    from mlcore.pointcloud import scenes
+    from mlcore.pointcloud.datasets import get_dataset, lidar_at
+
+    spec = get_dataset("C")
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"{NAME}/{street}".encode()).digest()[:8], "little"))
+    scene = scenes.street(rng, length=STREET_LENGTH)
+    half = STREET_LENGTH / 2 - 10.0  # stay clear of the street's ends
+    # Three probe scans tell the points per scan; the van then drives the whole street once, its
+    # positions evenly spaced, with 5% to spare (the merged survey is cut to ``points``).
+    probes = [len(lidar_at(scene, rng, x, **spec.sensor_args).xyz) for x in (-half / 2, 0.0, half / 2)]
+    positions = int(np.ceil(1.05 * points / statistics.mean(probes)))
+    scans = [lidar_at(scene, rng, float(x), **spec.sensor_args) for x in np.linspace(-half, half, positions)]
+    xyz = np.concatenate([s.xyz for s in scans])
+    intensity = np.concatenate([s.intensity for s in scans])
+    labels = spec.remap()[np.concatenate([s.labels for s in scans])].astype(np.int32)
+    keep = np.sort(rng.permutation(len(xyz))[:points])
+    return Survey(xyz[keep].astype(np.float32), intensity[keep].astype(np.float32), labels[keep], len(scans))
+
+
+def sample(cloud: Survey, size: int, seed: int) -> Survey:
+    """A uniform random ``size``-point sample of ``cloud`` (the survey itself at its own size)."""
+    if size >= len(cloud.xyz):
+        return cloud
+    keep = np.sort(np.random.default_rng(seed).permutation(len(cloud.xyz))[:size])
+    return Survey(cloud.xyz[keep], cloud.intensity[keep], cloud.labels[keep], cloud.positions)
+
+
+def score(model: Any, cloud: Survey) -> dict[str, Any]:
+    """Segment ``cloud`` as the job does on a street; mIoU over the classes present, per class IoU."""
+    from mlcore.pointcloud.datasets import get_dataset
+    from mlcore.pointcloud.labels import LABELS, scene_labels
+    from mlcore.pointcloud.segment import segment_cloud
+
+    classes = [LABELS.index(n) for n in scene_labels("outdoor")]
+    start = time.perf_counter()
+    result = segment_cloud(model, cloud.xyz, None, cloud.intensity, grid=GRID, classes=classes)
+    seconds = time.perf_counter() - start
+    truth = cloud.labels.astype(np.int64)
+    valid = truth >= 0
+    k = len(LABELS)
+    conf = np.bincount(truth[valid] * k + result.labels[valid], minlength=k * k).reshape(k, k)
+    ious = {}
+    for c in get_dataset("C").class_ids:
+        union = conf[c].sum() + conf[:, c].sum() - conf[c, c]
+        if conf[c].sum():
+            ious[LABELS[c]] = float(conf[c, c] / union)
+    return {
+        "points": len(cloud.xyz),
+        "voxels": int(result.voxels),
+        "miou": float(np.mean(list(ious.values()))),
+        "iou": ious,
+        "seconds": seconds,
+    }
+
+
+def segmenters() -> dict[str, Path]:
+    from bench.pointcloud_attributes import segmenters as named
+
+    return named()
+
+
+def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
+    from mlcore.pointcloud.pipeline import load_segmenter
+
+    started = time.perf_counter()
+    cfg = TIERS[tier]
+    cache = full_tier_cache(Store(CACHE), tier)
+    zoo = zoo_fingerprints(("pointmoe-synmix",))["pointmoe-synmix"]
+    surveys: dict[int, Survey] = {}
+    rows: list[dict[str, Any]] = []
+    for name, folder in segmenters().items():
+        model, _ = load_segmenter(folder)
+        model.eval()
+        fingerprint = zoo if name.startswith("zoo ") else hashlib.sha256(
+            (folder / "model.safetensors").read_bytes()
+        ).hexdigest()[:12]  # fmt: skip
+        for street in range(cfg["streets"]):
+            for size in cfg["sizes"]:
+                key = f"{fingerprint}/{street}/{size}/{SURVEY_POINTS}/{STREET_LENGTH}"
+                found = cache.get(key) if cache is not None else None
+                if found is None:
+                    if street not in surveys:
+                        surveys[street] = survey(street)
+                    found = score(model, sample(surveys[street], size, seed=street))
+                    found["positions"] = surveys[street].positions
+                    if cache is not None:
+                        cache.put(key, found)
+                    log(f"[{NAME}] {name} street {street} {size:,} points: mIoU {found['miou']:.3f} "
+                        f"({found['voxels']:,} voxels, {found['seconds']:.0f} s)")  # fmt: skip
+                rows.append({"model": name, "street": street, "size": size, **found})
+    result = {
+        "tier": tier,
+        "goal": GOAL,
+        "survey_points": SURVEY_POINTS,
+        "street_length_m": STREET_LENGTH,
+        "rows": rows,
+        "seconds": time.perf_counter() - started,
+        "machine": machine(),
+    }
+    write_results(results, NAME, report(result), result)
+    return result
+
+
+def gaps(rows: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
+    """Per model and street: mIoU of the survey minus that of its 100k sample."""
+    by = {(r["model"], r["street"], r["size"]): r["miou"] for r in rows}
+    out: dict[str, dict[int, float]] = {}
+    for model, street, size in by:
+        if size == SURVEY_POINTS and (model, street, 100_000) in by:
+            out.setdefault(model, {})[street] = by[model, street, size] - by[model, street, 100_000]
+    return out
+
+
+def report(result: dict[str, Any]) -> str:
+    rows = result["rows"]
+    sizes = sorted({r["size"] for r in rows})
+    lines = [
+        "# Point clouds: a large scan against a sample of it",
+        "",
+        f"Written by `python -m bench {NAME} --tier {result['tier']}` (bench/pointcloud_density.py); issue #22 "
+        "point 6.",
+        "",
+        f"A SynMix street {result['street_length_m']:.0f} m long surveyed by dataset C's 64-beam LiDAR from "
+        f"positions along the road, merged to {result['survey_points']:,} points; the smaller clouds are uniform "
+        "random samples of it. Each is segmented as `pointcloud-segment` does on a street (grid 0.1 m, outdoor "
+        "classes, intensity, tiled) and scored on all its points. *Δ*: the survey's mIoU minus the 100k "
+        f"sample's (goal |Δ| ≤ {result['goal']}).",
+        "",
+        "| model | street | " + " | ".join(f"mIoU at {s:,} (voxels)" for s in sizes) + " | Δ |",
+        "|---|---|" + "---|" * (len(sizes) + 1),
+    ]
+    table = {(r["model"], r["street"], r["size"]): r for r in rows}
+    found = gaps(rows)
+    for model in dict.fromkeys(r["model"] for r in rows):
+        for street in sorted({r["street"] for r in rows if r["model"] == model}):
+            cells = []
+            for size in sizes:
+                r = table.get((model, street, size))
+                cells.append("-" if r is None else f"{r['miou']:.3f} ({r['voxels']:,})")
+            delta = found.get(model, {}).get(street)
+            mark = "-" if delta is None else f"{delta:+.3f}" + ("" if abs(delta) <= result["goal"] else " ✗")
+            lines.append(f"| {model} | {street} | " + " | ".join(cells) + f" | {mark} |")
+    lines += ["", "Per model, over streets:", ""]
+    for model, per_street in found.items():
+        values = list(per_street.values())
+        worst = max(values, key=abs)
+        spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
+        met = all(abs(v) <= result["goal"] for v in values)
+        lines.append(
+            f"- {model}: Δ {statistics.mean(values):+.3f}{spread} over {len(values)} street(s), largest |Δ| "
+            f"{abs(worst):.3f}: goal {'met' if met else 'missed'}."
+        )
+    lines += ["", "Per-class IoU (first street):", "", "| model | points | IoU per class |", "|---|---|---|"]
+    for (model, street, size), r in table.items():
+        if street == 0:
+            per = ", ".join(f"{k} {v:.2f}" for k, v in r["iou"].items())
+            lines.append(f"| {model} | {size:,} | {per} |")
+    lines += ["", f"Machine: {result['machine']['platform']}; {result['seconds']:.0f} s in all.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m bench {NAME}", description=__doc__)
+    parser.add_argument("--tier", choices=tuple(TIERS), default="quick")
+    parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = parser.parse_args(argv)
+    run(args.tier, args.results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,43 @@
+"""The density study: a survey of a long street, samples of it, and the report's verdict."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench import pointcloud_density as density
+
+
+def test_a_survey_holds_the_points_asked_for_with_labels_of_dataset_c_and_samples_are_subsets() -> None:
+    from mlcore.pointcloud.datasets import IGNORE, get_dataset
+
+    cloud = density.survey(0, points=60_000)
+    assert len(cloud.xyz) == len(cloud.intensity) == len(cloud.labels) == 60_000
+    assert cloud.positions >= 2
+    assert set(np.unique(cloud.labels)) <= set(get_dataset("C").class_ids) | {IGNORE}
+    assert np.ptp(cloud.xyz[:, 0]) > 150  # the van drove most of the 240 m street
+    small = density.sample(cloud, 10_000, seed=0)
+    assert len(small.xyz) == 10_000
+    rows = {tuple(p) for p in cloud.xyz.tolist()}
+    assert all(tuple(p) in rows for p in small.xyz[:200].tolist())
+    assert density.sample(cloud, 10**9, seed=0) is cloud
+
+
+def test_the_report_computes_the_gap_per_street_and_misses_the_goal_when_any_street_is_off() -> None:
+    def row(model: str, street: int, size: int, miou: float) -> dict:
+        return {"model": model, "street": street, "size": size, "miou": miou, "voxels": size // 10,
+                "iou": {"road": miou}}  # fmt: skip
+
+    big = density.SURVEY_POINTS
+    rows = [
+        row("steady", 0, 100_000, 0.60), row("steady", 0, big, 0.62),
+        row("steady", 1, 100_000, 0.50), row("steady", 1, big, 0.48),
+        row("dense-blind", 0, 100_000, 0.70), row("dense-blind", 0, big, 0.60),
+    ]  # fmt: skip
+    assert density.gaps(rows)["steady"] == {0: 0.62 - 0.60, 1: 0.48 - 0.50}
+    text = density.report(
+        {"tier": "quick", "goal": 0.03, "survey_points": big, "street_length_m": 240.0, "rows": rows,
+         "seconds": 1.0, "machine": {"platform": "test"}}
+    )  # fmt: skip
+    assert "- steady: Δ +0.000 ± 0.028 over 2 street(s), largest |Δ| 0.020: goal met." in text
+    assert "- dense-blind: Δ -0.100 over 1 street(s), largest |Δ| 0.100: goal missed." in text
+    assert "| dense-blind | 0 | 0.700 (10,000) | 0.600 (200,000) | -0.100 ✗ |" in text
