@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from bench.cache import Store
-from bench.common import full_tier_cache, machine, write_results, zoo_fingerprints
+from bench.common import full_tier_cache, machine, write_results
 
 NAME = "pointcloud-density"
 GOAL = 0.03  #: |mIoU(survey) − mIoU(100k sample)| the issue allows
@@ -129,15 +129,12 @@ def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
     started = time.perf_counter()
     cfg = TIERS[tier]
     cache = full_tier_cache(Store(CACHE), tier)
-    zoo = zoo_fingerprints(("pointmoe-synmix",))["pointmoe-synmix"]
     surveys: dict[int, Survey] = {}
     rows: list[dict[str, Any]] = []
     for name, folder in segmenters().items():
         model, _ = load_segmenter(folder)
         model.eval()
-        fingerprint = zoo if name.startswith("zoo ") else hashlib.sha256(
-            (folder / "model.safetensors").read_bytes()
-        ).hexdigest()[:12]  # fmt: skip
+        fingerprint = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()[:12]
         for street in range(cfg["streets"]):
             for size in cfg["sizes"]:
                 key = f"{fingerprint}/{street}/{size}/{SURVEY_POINTS}/{STREET_LENGTH}"
@@ -173,6 +170,12 @@ def gaps(rows: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
         if size == SURVEY_POINTS and (model, street, 100_000) in by:
             out.setdefault(model, {})[street] = by[model, street, size] - by[model, street, 100_000]
     return out
+
+
+def training(model: str) -> str:
+    """The training a segmenter's name stands for: the name without a trailing seed (" s1")."""
+    head, _, tail = model.rpartition(" s")
+    return head if head and tail.isdigit() else model
 
 
 def report(result: dict[str, Any]) -> str:
@@ -214,6 +217,25 @@ def report(result: dict[str, Any]) -> str:
             f"- {model}: Δ {statistics.mean(values):+.3f}{spread} over {len(values)} street(s), largest |Δ| "
             f"{abs(worst):.3f}: goal {'met' if met else 'missed'}."
         )
+    groups: dict[str, list[float]] = {}
+    for model, per_street in found.items():
+        groups.setdefault(training(model), []).extend(per_street.values())
+    if any(len({m for m in found if training(m) == g}) > 1 for g in groups):
+        lines += [
+            "",
+            "Per training, over its seeds and streets (`NAME sN` is seed N of NAME's training; the zoo "
+            "checkpoint is seed 0 of its recipe):",
+            "",
+        ]
+        lines += ["| training | seeds | Δ mean ± sd | Δ range | streets within the goal |", "|---|---|---|---|---|"]
+        for group, values in groups.items():
+            seeds = len({m for m in found if training(m) == group})
+            spread = statistics.stdev(values) if len(values) > 1 else 0.0
+            within = sum(abs(v) <= result["goal"] for v in values)
+            lines.append(
+                f"| {group} | {seeds} | {statistics.mean(values):+.3f} ± {spread:.3f} | "
+                f"{min(values):+.3f} … {max(values):+.3f} | {within} of {len(values)} |"
+            )
     lines += ["", "Per-class IoU (first street):", "", "| model | points | IoU per class |", "|---|---|---|"]
     for (model, street, size), r in table.items():
         if street == 0:

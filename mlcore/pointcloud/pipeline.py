@@ -11,7 +11,7 @@
   attribute it trained with.
 - **Surveys** (``surveys``, off unless asked for): that share of each LiDAR dataset's training scans
   are mobile-mapping surveys of the same streets (:func:`~mlcore.pointcloud.datasets.make_survey`,
-  six positions merged), so the model also sees surfaces filled in as a user's survey fills them:
+  3 to 24 positions merged), so the model also sees surfaces filled in as a user's survey fills them:
   trained on single scans only, a model labels a 2M-point survey worse than a 100k sample of it.
 - **Heights** of training crops are measured from the crop's lowest point unless ``height="scan"``
   (then from the scan's, as at inference); the recipes so far were trained with the former.
@@ -215,15 +215,22 @@ class ScanPool:
         return prepare(scans[i], spec, points=points, rng=rng, augment=True, voxels=self._voxels[name, i])[0]
 
 
+#: LiDAR positions merged into a training survey, in turn: from a sparse pass to one denser than
+#: most vans drive (a spot every 2 m of the 50 m surveyed).
+SURVEY_POSITIONS: tuple[int, ...] = (3, 6, 12, 24)
+
+
 def survey_loader(share: float) -> Callable[[str, int, str], Scan]:
     """:func:`make_scan`, except that ``share`` of a LiDAR dataset's training scans (every
-    round(1 / share)-th index) are :func:`make_survey` surveys of the same street."""
+    round(1 / share)-th index) are :func:`make_survey` surveys of the same street, their positions
+    taking :data:`SURVEY_POSITIONS` in turn."""
     every = max(1, round(1 / share))
 
     def load(name: str, index: int, split: str) -> Scan:
         spec = get_dataset(name)
         if split == "train" and spec.sensor == "lidar" and index % every == 0:
-            return make_survey(spec, index, split)
+            positions = SURVEY_POSITIONS[(index // every) % len(SURVEY_POSITIONS)]
+            return make_survey(spec, index, split, positions=positions)
         return make_scan(spec, index, split)
 
     return load

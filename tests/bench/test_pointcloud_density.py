@@ -41,3 +41,19 @@ def test_the_report_computes_the_gap_per_street_and_misses_the_goal_when_any_str
     assert "- steady: Δ +0.000 ± 0.028 over 2 street(s), largest |Δ| 0.020: goal met." in text
     assert "- dense-blind: Δ -0.100 over 1 street(s), largest |Δ| 0.100: goal missed." in text
     assert "| dense-blind | 0 | 0.700 (10,000) | 0.600 (200,000) | -0.100 ✗ |" in text
+
+
+def test_seeds_of_one_training_are_summarised_together() -> None:
+    assert density.training("zoo pointmoe-synmix s2") == "zoo pointmoe-synmix"
+    assert density.training("zoo pointmoe-synmix") == "zoo pointmoe-synmix"
+    assert density.training("recipe + surveys s1b") == "recipe + surveys s1b"
+    big = density.SURVEY_POINTS
+    rows = [
+        {"model": m, "street": 0, "size": size, "miou": v, "voxels": 1, "iou": {}}
+        for m, size, v in (("zoo", 100_000, 0.6), ("zoo", big, 0.55), ("zoo s1", 100_000, 0.6), ("zoo s1", big, 0.62))
+    ]
+    text = density.report(
+        {"tier": "full", "goal": 0.03, "survey_points": big, "street_length_m": 240.0, "rows": rows,
+         "seconds": 1.0, "machine": {"platform": "test"}}
+    )  # fmt: skip
+    assert "| zoo | 2 | -0.015 ± 0.049 | -0.050 … +0.020 | 1 of 2 |" in text
