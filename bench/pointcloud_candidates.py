@@ -24,10 +24,9 @@ def train_candidate(name: str, *, changes: dict[str, Any], seed: int = 0) -> Pat
     """Train the zoo recipe with ``changes`` to its training config; returns the segmenter folder."""
     import torch
 
-    from mlcore.pointcloud.datasets import DATASETS, make_scan
-    from mlcore.pointcloud.pipeline import TrainConfig, evaluate, save_segmenter, train
+    from mlcore.pointcloud.pipeline import TrainConfig, save_segmenter, train
     from mlcore.pointcloud.ptv3 import PTv3, PTv3Config, parameter_counts
-    from mlcore.zoo.pointcloud import EVAL_SCENES, RECIPES
+    from mlcore.zoo.pointcloud import RECIPES, validate
 
     torch.set_num_threads(1)
     recipe = RECIPES["pointmoe-synmix"]
@@ -44,7 +43,7 @@ def train_candidate(name: str, *, changes: dict[str, Any], seed: int = 0) -> Pat
             print(json.dumps({"step": step, "loss": round(result.loss[-1][1], 4)}), flush=True)
 
     result = train(model, cfg, on_step=on_step, state_path=work / "state.pt")
-    metrics = evaluate(model, {n: [make_scan(n, i, "val") for i in range(EVAL_SCENES)] for n in DATASETS})
+    metrics = validate(model)
     metrics.update(parameters=parameter_counts(model), train_seconds=round(result.seconds, 1))
     print(json.dumps({"miou": metrics["miou"], "seconds": round(time.perf_counter() - started, 1)}), flush=True)
     described = {**recipe.describe(), "train": {**cfg.to_dict(), "datasets": list(cfg.datasets)}}

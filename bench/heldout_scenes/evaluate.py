@@ -319,15 +319,12 @@ def trained_seed(
 def synmix_validation(model: Any, key: str, cache: Store | None) -> dict[str, float]:
     """The model's mIoU on SynMix's validation scans (the zoo card's 4 per dataset, E and F zero-shot):
     how well it fits the generator it was trained on, beside how it does on this family."""
-    from mlcore.pointcloud.datasets import DATASETS, make_scan
-    from mlcore.pointcloud.pipeline import evaluate
-    from mlcore.zoo.pointcloud import EVAL_SCENES
+    from mlcore.zoo.pointcloud import validate
 
     row_key = f"{key}/synmix-validation"
     found = cache.get(row_key) if cache is not None else None
     if found is None:
-        scans = {n: [make_scan(n, i, "val") for i in range(EVAL_SCENES)] for n in DATASETS}
-        found = {n: float(v) for n, v in evaluate(model, scans)["miou"].items()}
+        found = {n: float(v) for n, v in validate(model)["miou"].items()}
         if cache is not None:
             cache.put(row_key, found)
     return found

@@ -107,11 +107,19 @@ def build_ptv3_synmix_dense(target: Path) -> None:
     build("ptv3-synmix-dense", target)
 
 
+def validate(model: Any) -> dict[str, Any]:
+    """:func:`~mlcore.pointcloud.pipeline.evaluate` on the validation scans a zoo card reports:
+    :data:`EVAL_SCENES` per SynMix dataset, E and F zero-shot."""
+    from mlcore.pointcloud.datasets import DATASETS, make_scan
+    from mlcore.pointcloud.pipeline import evaluate
+
+    return evaluate(model, {n: [make_scan(n, i, "val") for i in range(EVAL_SCENES)] for n in DATASETS})
+
+
 def train_recipe(name: str, *, workdir: Path, out: Path, threads: int = 1) -> Path:
     import torch
 
-    from mlcore.pointcloud.datasets import DATASETS, make_scan
-    from mlcore.pointcloud.pipeline import TrainConfig, evaluate, save_segmenter, train
+    from mlcore.pointcloud.pipeline import TrainConfig, save_segmenter, train
     from mlcore.pointcloud.ptv3 import PTv3, PTv3Config, parameter_counts
 
     torch.set_num_threads(threads)
@@ -131,8 +139,7 @@ def train_recipe(name: str, *, workdir: Path, out: Path, threads: int = 1) -> Pa
 
     result = train(model, cfg, on_step=on_step, state_path=workdir / "state.pt")
     log.close()
-    val = {n: [make_scan(n, i, "val") for i in range(EVAL_SCENES)] for n in DATASETS}
-    metrics = evaluate(model, val)
+    metrics = validate(model)
     metrics["parameters"] = parameter_counts(model)
     metrics["train_seconds"] = round(result.seconds, 1)
     print(json.dumps({"miou": metrics["miou"], "parameters": metrics["parameters"]}, indent=1))
