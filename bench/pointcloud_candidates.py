@@ -48,7 +48,9 @@ def train_candidate(name: str, *, changes: dict[str, Any], seed: int = 0) -> Pat
     print(json.dumps({"miou": metrics["miou"], "seconds": round(time.perf_counter() - started, 1)}), flush=True)
     described = {**recipe.describe(), "train": {**cfg.to_dict(), "datasets": list(cfg.datasets)}}
     folder = CANDIDATES / name / "segmenter"
-    command = f"python -m bench.pointcloud_candidates {name} " + " ".join(f"--{k} {v}" for k, v in changes.items())
+    flags = {"augment" if k == "attribute_augment" else k: v for k, v in changes.items()}
+    command = f"python -m bench.pointcloud_candidates {name} " + " ".join(f"--{k} {v}" for k, v in flags.items())
+    command += f" --seed {seed}"
     save_segmenter(model, folder, card={"recipe": described, "metrics": metrics, "command": command})
     return folder
 

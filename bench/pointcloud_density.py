@@ -131,9 +131,11 @@ def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
     cache = full_tier_cache(Store(CACHE), tier)
     surveys: dict[int, Survey] = {}
     rows: list[dict[str, Any]] = []
+    sources: dict[str, str] = {}
     for name, folder in segmenters().items():
-        model, _ = load_segmenter(folder)
+        model, config = load_segmenter(folder)
         model.eval()
+        sources[name] = (config.get("card") or {}).get("command") or folder.name
         fingerprint = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()[:12]
         for street in range(cfg["streets"]):
             for size in cfg["sizes"]:
@@ -155,6 +157,7 @@ def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
         "survey_points": SURVEY_POINTS,
         "street_length_m": STREET_LENGTH,
         "rows": rows,
+        "sources": sources,
         "seconds": time.perf_counter() - started,
         "machine": machine(),
     }
@@ -241,6 +244,9 @@ def report(result: dict[str, Any]) -> str:
         if street == 0:
             per = ", ".join(f"{k} {v:.2f}" for k, v in r["iou"].items())
             lines.append(f"| {model} | {size:,} | {per} |")
+    if result.get("sources"):
+        lines += ["", "Segmenters (how each was trained):", ""]
+        lines += [f"- {name}: `{source}`" for name, source in result["sources"].items()]
     lines += ["", f"Machine: {result['machine']['platform']}; {result['seconds']:.0f} s in all.", ""]
     return "\n".join(lines)
 
