@@ -52,6 +52,7 @@ from bench.common import ZOO_CHECKPOINTS, machine
 SEGMENTERS_ENV = "MOELAB_BENCH_SEGMENTERS"
 #: Largest change of mIoU against "as captured" that counts as robust, and the least gain an
 #: attribute must bring where classes differ only by it (issue #22, point 3).
+ROOT = Path(__file__).resolve().parents[1]
 ROBUST_GOAL = 0.03
 GAIN_GOAL = 0.1
 DATASETS = ("A", "B", "C", "D", "E", "F")
@@ -516,6 +517,9 @@ def report(result: dict[str, Any]) -> str:
     ]
     for name, rows in result["robustness"].items():
         lines += [f"### {name}", ""]
+        command = result.get("segmenters", {}).get(name, {}).get("command")
+        if command:
+            lines += [f"Trained by `{command}`.", ""]
         for kind, modes in (("colour", CAMERA_MODES), ("intensity", LIDAR_MODES)):
             mine = [r for r in rows if r["carries"] == kind]
             if not mine:
@@ -605,9 +609,11 @@ def run(tier_name: str, results: Path) -> None:
         model, config = load_segmenter(folder)
         print(f"[pointcloud-attributes] robustness of {name} ({folder})", flush=True)
         out["robustness"][name] = robustness_rows(model, tier.robustness_scans)
+        card = config.get("card") or {}
         out.setdefault("segmenters", {})[name] = {
-            "folder": str(folder),
-            "train": ((config.get("card") or {}).get("recipe") or {}).get("train"),
+            "folder": str(folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder),
+            "command": card.get("command"),
+            "train": (card.get("recipe") or {}).get("train"),
         }
     for case in CASES.values():
         runs = case_runs(case, tier)
