@@ -93,16 +93,15 @@ def score(model: Any, cloud: Survey) -> dict[str, Any]:
     """Segment ``cloud`` as the job does on a street; mIoU over the classes present, per class IoU."""
     from mlcore.pointcloud.datasets import get_dataset
     from mlcore.pointcloud.labels import LABELS, scene_labels
+    from mlcore.pointcloud.pipeline import confusion
     from mlcore.pointcloud.segment import segment_cloud
 
     classes = [LABELS.index(n) for n in scene_labels("outdoor")]
     start = time.perf_counter()
     result = segment_cloud(model, cloud.xyz, None, cloud.intensity, grid=GRID, classes=classes)
     seconds = time.perf_counter() - start
-    truth = cloud.labels.astype(np.int64)
-    valid = truth >= 0
-    k = len(LABELS)
-    conf = np.bincount(truth[valid] * k + result.labels[valid], minlength=k * k).reshape(k, k)
+    conf = confusion(result.labels, cloud.labels.astype(np.int64))
+    # Over the classes in the truth (pipeline.miou also counts classes only predicted).
     ious = {}
     for c in get_dataset("C").class_ids:
         union = conf[c].sum() + conf[:, c].sum() - conf[c, c]
@@ -117,13 +116,8 @@ def score(model: Any, cloud: Survey) -> dict[str, Any]:
     }
 
 
-def segmenters() -> dict[str, Path]:
-    from bench.pointcloud_attributes import segmenters as named
-
-    return named()
-
-
 def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
+    from bench.pointcloud_attributes import segmenters
     from mlcore.pointcloud.pipeline import load_segmenter
 
     started = time.perf_counter()
@@ -133,8 +127,7 @@ def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     sources: dict[str, str] = {}
     for name, folder in segmenters().items():
-        model, config = load_segmenter(folder)
-        model.eval()
+        model, config = load_segmenter(folder)  # in eval mode
         sources[name] = (config.get("card") or {}).get("command") or folder.name
         fingerprint = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()[:12]
         for street in range(cfg["streets"]):

@@ -284,6 +284,12 @@ def zoo_is_seed_zero() -> bool:
     return manifest.is_file() and json.loads(manifest.read_text()).get("recipe") == RECIPES[ZOO].describe()
 
 
+def recipe_key(seed: int, changes: dict[str, Any] | None = None) -> str:
+    """Names one training of the zoo recipe (with ``changes``, for a :data:`VARIANTS` entry): its
+    state folder and its rows' cache key."""
+    return f"recipe-{recipe_digest()}" + (f"-{_digest(changes)}" if changes else "") + f"-s{seed}"
+
+
 def trained_seed(
     seed: int, *, changes: dict[str, Any] | None = None, log: Callable[[str], None] = print
 ) -> tuple[Any, dict[str, Any]]:
@@ -299,7 +305,7 @@ def trained_seed(
     from mlcore.zoo.pointcloud import RECIPES
 
     recipe = RECIPES[ZOO]
-    folder = state_folder() / (f"recipe-{recipe_digest()}" + (f"-{_digest(changes)}" if changes else "") + f"-s{seed}")
+    folder = state_folder() / recipe_key(seed, changes)
     done = folder / "segmenter"
     if (done / "model.safetensors").is_file():
         return load_segmenter(done)
@@ -645,7 +651,7 @@ def run(tier: str, results: Path, *, zoo_only: bool = False, log: Callable[[str]
                 synmix[seed] = synmix_validation(model, zoo_key, cache)
             else:
                 seed_model, seed_config = trained_seed(seed, log=log)
-                key = f"recipe-{digest}-s{seed}"
+                key = recipe_key(seed)
                 rows = evaluate_model(seed_model, scans, encodings, config=seed_config, cache=cache, key=key, log=log)
                 synmix[seed] = synmix_validation(seed_model, key, cache)
             per_seed[seed] = model_summary(rows)
@@ -665,7 +671,7 @@ def run(tier: str, results: Path, *, zoo_only: bool = False, log: Callable[[str]
             per_seed, synmix = {}, {}
             for seed in seeds:
                 seed_model, seed_config = trained_seed(seed, changes=changes, log=log)
-                key = f"recipe-{digest}-{_digest(changes)}-s{seed}"
+                key = recipe_key(seed, changes)
                 rows = evaluate_model(seed_model, scans, encodings, config=seed_config, cache=cache, key=key, log=log)
                 per_seed[seed] = model_summary(rows)
                 synmix[seed] = synmix_validation(seed_model, key, cache)
