@@ -107,10 +107,7 @@ def key_string(bits: torch.Tensor | np.ndarray) -> str:
 
 def _one_key(bits: torch.Tensor | np.ndarray, num_bits: int) -> torch.Tensor:
     """``bits`` ((M,) or (B, M) with every row the same) as one (M,) float key; ``ValueError`` otherwise."""
-    key = torch.as_tensor(np.asarray(bits) if not isinstance(bits, torch.Tensor) else bits).float().cpu()
-    key = key.reshape(1, -1) if key.ndim == 1 else key
-    if key.shape[-1] != num_bits:
-        raise ValueError(f"the key has {key.shape[-1]} bits but these decoders carry {num_bits}")
+    key = key_rows(bits, num_bits, "these decoders carry").float().cpu()
     if not bool((key == key[:1]).all()):
         raise ValueError("one fine-tuned decoder marks one key: a batch must carry the same key in every row")
     return key[0]

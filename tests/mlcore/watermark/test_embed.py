@@ -24,20 +24,12 @@ from tests.mlcore.watermark.tiny import write_bundle
 BITS = "".join(np.random.default_rng(3).choice(["0", "1"], 48))
 
 
-@pytest.fixture(autouse=True)
-def small_working_grid(monkeypatch):
-    """The tiny test VAE reads 16-pixel tiles: a 96-pixel working grid keeps each image to ~150 tiles."""
-    monkeypatch.setattr(embed, "WORK_SIDE", 96)
+pytestmark = pytest.mark.usefixtures("small_working_grid")
 
 
 @pytest.fixture(scope="module")
-def bundle_dir(tmp_path_factory):
-    return write_bundle(tmp_path_factory.mktemp("bundle"), init_scale=2.0)
-
-
-@pytest.fixture(scope="module")
-def bundle(bundle_dir):
-    return load_bundle(bundle_dir)
+def bundle(embed_bundle_dir):
+    return load_bundle(embed_bundle_dir)
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +216,7 @@ def test_a_bomb_is_refused_before_decoding():
 # -- the job ---------------------------------------------------------------------------------------
 
 
-def test_the_embed_job_marks_a_zip_and_measures_each_written_file(tmp_path, bundle_dir):
+def test_the_embed_job_marks_a_zip_and_measures_each_written_file(tmp_path, embed_bundle_dir):
     key_file = write_key_file(tmp_path / "key.json", id="k1", name="acme", bits=BITS)
     archive = tmp_path / "in"
     archive.mkdir()
@@ -233,7 +225,7 @@ def test_the_embed_job_marks_a_zip_and_measures_each_written_file(tmp_path, bund
     kind = get_kind("watermark-embed")
     ctx = InMemoryContext(workdir=tmp_path / "work")
     raw = {"key": "k1", "target_psnr": 34}
-    metrics = kind.run(kind.spec.clean(raw), {"images": [archive], "model": bundle_dir, "key": key_file}, ctx)
+    metrics = kind.run(kind.spec.clean(raw), {"images": [archive], "model": embed_bundle_dir, "key": key_file}, ctx)
     assert metrics["images"] == 2
     out = tmp_path / "work" / "images"
     assert Image.open(out / "big.png").size == (517, 300)
@@ -263,7 +255,7 @@ def test_the_embed_job_refuses_public_markers_without_the_operators_consent(tmp_
         )
 
 
-def test_a_zip_without_images_is_refused_with_a_sentence(tmp_path, bundle_dir):
+def test_a_zip_without_images_is_refused_with_a_sentence(tmp_path, embed_bundle_dir):
     key_file = write_key_file(tmp_path / "key.json", id="k1", name="acme", bits=BITS)
     empty = tmp_path / "unzipped"
     empty.mkdir()
@@ -272,7 +264,7 @@ def test_a_zip_without_images_is_refused_with_a_sentence(tmp_path, bundle_dir):
     with pytest.raises(JobError, match="hold no PNG, JPEG or WebP images"):
         kind.run(
             kind.spec.clean({"key": "k1"}),
-            {"images": [empty], "model": bundle_dir, "key": key_file},
+            {"images": [empty], "model": embed_bundle_dir, "key": key_file},
             InMemoryContext(workdir=tmp_path / "w"),
         )
 

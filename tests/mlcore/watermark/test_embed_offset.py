@@ -26,34 +26,26 @@ from mlcore.watermark.residual_train import (
 )
 from mlcore.watermark.verification import decode
 from tests.mlcore.watermark.test_embed import photo
-from tests.mlcore.watermark.tiny import tiny_vae, write_bundle
+from tests.mlcore.watermark.tiny import tiny_vae
 
 TILE = 16  # the tiny test VAE's tiles
 STRIDE = TILE - embed.OVERLAP
 KEY = key_tensor("".join(np.random.default_rng(4).choice(["0", "1"], 48)), 48)
 
 
-@pytest.fixture(autouse=True)
-def small_working_grid(monkeypatch):
-    """A 96-pixel working grid: a 96 × 96 photo is its own working image (no resize between them)."""
-    monkeypatch.setattr(embed, "WORK_SIDE", 96)
+pytestmark = pytest.mark.usefixtures("small_working_grid")
 
 
 @pytest.fixture(scope="module")
-def bundle_dir(tmp_path_factory):
-    return write_bundle(tmp_path_factory.mktemp("bundle"), init_scale=2.0)
-
-
-@pytest.fixture(scope="module")
-def fixed(bundle_dir):
+def fixed(embed_bundle_dir):
     """A bundle as every one before the option: no offset key in its extractor's config."""
-    return load_bundle(bundle_dir)
+    return load_bundle(embed_bundle_dir)
 
 
 @pytest.fixture(scope="module")
-def offset_dir(bundle_dir, tmp_path_factory):
+def offset_dir(embed_bundle_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("offset") / "bundle"
-    shutil.copytree(bundle_dir, folder)
+    shutil.copytree(embed_bundle_dir, folder)
     config = json.loads((folder / "extractor" / "config.json").read_text())
     (folder / "extractor" / "config.json").write_text(json.dumps({**config, embed.OFFSET_KEY: "random"}))
     return folder
@@ -185,7 +177,6 @@ def test_averaging_marks_at_random_offsets_washes_out_their_periodic_part(fixed,
         return total / len(photos)
 
     on_grid, at_random = _periodic_energy(mean_mark(fixed)), _periodic_energy(mean_mark(offset))
-    print(on_grid, at_random)
     assert on_grid > 0  # the test can fail: there is a periodic part to wash out
     assert at_random < 0.2 * on_grid
 

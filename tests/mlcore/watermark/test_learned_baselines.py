@@ -37,6 +37,15 @@ def _residual(vae, marker, key, z):
         return vae.decode(z).sample - clean
 
 
+def _modulated() -> tuple:
+    """A tiny VAE with a WOUAF-like modulation attached, its mapping drawn from seed 0."""
+    vae = tiny_vae()
+    torch.manual_seed(0)
+    modulation = KeyModulation.for_vae(vae, init_scale=0.5)
+    modulation.attach(vae)
+    return vae, modulation
+
+
 def test_a_zero_key_mapping_reproduces_the_frozen_decoder_exactly():
     vae = tiny_vae()
     modulation = KeyModulation.for_vae(vae, init_scale=0.0)
@@ -46,10 +55,7 @@ def test_a_zero_key_mapping_reproduces_the_frozen_decoder_exactly():
 
 
 def test_different_keys_give_different_residuals_and_one_key_always_the_same():
-    vae = tiny_vae()
-    torch.manual_seed(0)
-    modulation = KeyModulation.for_vae(vae, init_scale=0.5)
-    modulation.attach(vae)
+    vae, modulation = _modulated()
     z = _latents()
     a, b = _residual(vae, modulation, _key(1), z), _residual(vae, modulation, _key(2), z)
     assert a.abs().mean() > 1e-4 and (a - b).abs().mean() > 0.1 * a.abs().mean()
@@ -57,10 +63,7 @@ def test_different_keys_give_different_residuals_and_one_key_always_the_same():
 
 
 def test_the_modulation_is_a_per_input_channel_scale_of_the_convolution_weights():
-    vae = tiny_vae()
-    torch.manual_seed(0)
-    modulation = KeyModulation.for_vae(vae, init_scale=0.5)
-    modulation.attach(vae)
+    vae, modulation = _modulated()
     key = _key(3)
     u = modulation.scales(key[None])[0][0]  # the first modulated convolution's scales
     conv = routed_convolutions(vae)[0][1]
@@ -72,10 +75,7 @@ def test_the_modulation_is_a_per_input_channel_scale_of_the_convolution_weights(
 
 
 def test_a_batch_of_keys_modulates_each_image_by_its_own_key():
-    vae = tiny_vae()
-    torch.manual_seed(0)
-    modulation = KeyModulation.for_vae(vae, init_scale=0.5)
-    modulation.attach(vae)
+    vae, modulation = _modulated()
     z = _latents()
     both = _residual(vae, modulation, torch.stack([_key(1), _key(2)]), z)
     assert torch.allclose(both[1:], _residual(vae, modulation, _key(2), z[1:]), atol=1e-5)
@@ -152,10 +152,7 @@ def test_a_modulated_bundle_marks_a_photo_through_the_embed_path():
     from mlcore.watermark.image_io import SourceImage
     from mlcore.watermark.pipeline import Bundle
 
-    vae = tiny_vae()
-    torch.manual_seed(0)
-    modulation = KeyModulation.for_vae(vae, init_scale=0.5)
-    modulation.attach(vae)
+    vae, modulation = _modulated()
     # 32-pixel tiles (the zoo's): a photo's working grid then holds ~150 of them, not ~1,000.
     extractor = Extractor(num_bits=48, image_size=32, channels=(8, 8), head_channels=4, hidden=16).eval()
     bundle = Bundle(generator=Generator(vae=vae), markers=modulation, extractor=extractor)
