@@ -237,6 +237,7 @@ def periodic_energy(folder: Path, marks: int) -> dict[str, Any]:
 
     from bench import watermark_embed as wm
     from mlcore.watermark import embed
+    from mlcore.watermark.generator import from_uint8
     from mlcore.watermark.pipeline import load_bundle
 
     bundle = load_bundle(folder)
@@ -255,24 +256,17 @@ def periodic_energy(folder: Path, marks: int) -> dict[str, Any]:
     for mode, offsets in (("fixed grid", None), ("secret random offset", np.random.default_rng(7))):
         fields = []
         for pixels in sources:
-            x = torch.from_numpy(pixels).permute(2, 0, 1)[None].float() / 127.5 - 1
+            x = from_uint8(pixels[None])
             offset = None if offsets is None else embed.draw_offset(stride, offsets)
             r = embed.residual_for(bundle, x, key, offset=offset)[0] * 127.5
             fields.append(embed.to_working(r[None], grid)[0])
         single = float(np.mean([periodic(f) for f in fields]))
         total = float(np.mean([f.pow(2).mean().item() for f in fields]))
+        means = {k: torch.stack(fields[:k]).mean(0) for k in sorted({10, marks}) if k <= marks}
         out[mode] = {
             "periodic_share_of_one_mark": single / total,
-            **{
-                f"mean_of_{k}_keeps_of_the_periodic_part": periodic(torch.stack(fields[:k]).mean(0)) / single
-                for k in sorted({10, marks})
-                if k <= marks
-            },
-            **{
-                f"mean_of_{k}_keeps_of_the_energy": torch.stack(fields[:k]).mean(0).pow(2).mean().item() / total
-                for k in sorted({10, marks})
-                if k <= marks
-            },
+            **{f"mean_of_{k}_keeps_of_the_periodic_part": periodic(m) / single for k, m in means.items()},
+            **{f"mean_of_{k}_keeps_of_the_energy": m.pow(2).mean().item() / total for k, m in means.items()},
         }
     return out
 
