@@ -75,19 +75,15 @@ def multitask_set(
     length: int = LENGTH,
     *,
     tasks: tuple[str, ...] = TASKS,
-    synonyms: tuple[int, ...] = tuple(range(SYNONYMS)),
 ) -> MultiTaskSet:
-    """``n`` examples of ``tasks`` (uniformly), each marked by one of ``synonyms`` (uniformly)."""
+    """``n`` examples of ``tasks`` (uniformly), each marked by one of the task's synonyms (uniformly)."""
     if not 1 <= len(tasks) <= len(TASKS) or any(t not in ANSWERS for t in tasks):
         raise ValueError(f"tasks must be up to {len(TASKS)} of {tuple(ANSWERS)}, got {tasks}")
-    if not synonyms or any(not 0 <= s < SYNONYMS for s in synonyms):
-        raise ValueError(f"synonyms must be among 0…{SYNONYMS - 1}, got {synonyms}")
     digits = torch.randint(0, 10, (n, length), generator=generator)
     task = torch.randint(0, len(tasks), (n,), generator=generator)
     answers = torch.stack([ANSWERS[name](digits) for name in tasks], dim=1)
     labels = answers[torch.arange(n), task]
-    which = torch.tensor(synonyms)[torch.randint(0, len(synonyms), (n,), generator=generator)]
-    marker = MARKER_OFFSET + task * SYNONYMS + which
+    marker = MARKER_OFFSET + task * SYNONYMS + torch.randint(0, SYNONYMS, (n,), generator=generator)
     where = torch.randint(0, length + 1, (n,), generator=generator)
     tokens = torch.empty(n, length + 1, dtype=torch.int64)
     for i in range(n):  # n is at most a few thousand; a loop keeps the insertion obvious
@@ -104,7 +100,6 @@ WORDS: dict[str, tuple[str, ...]] = {
     "sum-ends": ("sum", "plus", "add"),
     "min": ("min", "smallest", "least"),
 }
-MARKER_WORDS: tuple[tuple[str, ...], ...] = tuple(WORDS[name] for name in TASKS)
 DIGIT_CLASSES: tuple[str, ...] = tuple(str(d) for d in range(CLASSES))
 
 
