@@ -475,10 +475,12 @@ def _sweep_table(rows: list[dict[str, Any]], lrs: tuple[float, ...]) -> list[str
     return lines
 
 
-def _markdown(tier: str, spec: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+def _markdown(
+    tier: str, spec: dict[str, Any], rows: list[dict[str, Any]], summary: list[dict[str, Any]], found: list[Any]
+) -> str:
+    """The report; ``summary`` and ``found`` are :func:`_summary` and :func:`claims` of ``rows``."""
     first = rows[0]
     counts = first.get("windows", {"train": spec["train_windows"], "validation": "?", "test": "?"})
-    summary = _summary(rows)
     seeds = max(s["seeds"] for s in summary)
     lines = [
         f"# Distillation: AMiD vs classic KD losses ({tier} tier)",
@@ -538,7 +540,6 @@ def _markdown(tier: str, spec: dict[str, Any], rows: list[dict[str, Any]]) -> st
         )
     from bench import verdicts as rule
 
-    found = claims(rows, off_scale=spec.get("off_scale"))
     lines += [""]
     title = (
         "The card's claims (test split, each loss at its chosen learning rate; choices of α and of the best "
@@ -666,6 +667,7 @@ def run(tier: str, results: Path, *, compute: bool = True) -> None:
             break
     complete = not stopped
     summary = _summary(rows)
+    found = claims(rows, off_scale=spec.get("off_scale"))
     from bench.verdicts import as_json
 
     data = {
@@ -678,9 +680,9 @@ def run(tier: str, results: Path, *, compute: bool = True) -> None:
         "runs": [{k: v for k, v in row.items() if k != "grad_norms"} for row in rows],
         "all_finite": all(math.isfinite(s["forward_kl"]) for s in summary),
         "complete": complete,
-        "verdicts": as_json(claims(rows, off_scale=spec.get("off_scale"))),
+        "verdicts": as_json(found),
     }
-    body = _markdown(tier, spec, rows)
+    body = _markdown(tier, spec, rows, summary, found)
     if not complete:
         body += (
             f"\n\n**Partial study**: {len(rows)} configurations finished, more were due "

@@ -41,6 +41,11 @@ TEACHER_CACHE_BYTES = 512 * 2**20
 SPIKE_FACTOR = 10.0
 
 
+def reduced_precision(bf16: bool, fp16: bool) -> torch.dtype | None:
+    """The autocast dtype that ``bf16`` / ``fp16`` ask for (bf16 first; None: fp32)."""
+    return torch.bfloat16 if bf16 else torch.float16 if fp16 else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     steps: int = 400
@@ -64,7 +69,7 @@ class TrainConfig:
     @property
     def autocast_dtype(self) -> torch.dtype | None:
         """The autocast dtype of the student's forward pass and the loss (None: fp32)."""
-        return torch.bfloat16 if self.bf16 else torch.float16 if self.fp16 else None
+        return reduced_precision(self.bf16, self.fp16)
 
 
 @dataclass
@@ -304,7 +309,7 @@ def evaluate(
     with torch.inference_mode():
         for start in range(0, len(windows), batch_size):
             ids = windows[start : start + batch_size].to(device)
-            with _autocast(torch.bfloat16 if bf16 else torch.float16 if fp16 else None, device):
+            with _autocast(reduced_precision(bf16, fp16), device):
                 q_logits = student(input_ids=ids).logits
             if targets is None:
                 p_logits = teacher(input_ids=ids).logits.float()
