@@ -810,13 +810,11 @@ def needed_runs(rows: list[dict[str, Any]], spec: dict[str, Any], budgets: list[
         grid += [(Config(d, 1, 1), budget, 0) for d in spec["dense_widths"]]
         if any((f"dense-d{d}", budget, 0) not in have for d in spec["dense_widths"]):
             continue
-        point = next(f for f in frontier(mine))
+        (point,) = frontier(mine)
         if (width := next_width({int(w): loss for w, loss in point["losses"].items()})) is not None:
             ladder.append((Config(width, 1, 1), budget, 0))
             continue  # the optimum is not bracketed yet: the MoE width may still move
-        seed0 = [r for r in mine if _is_dense(r) and seed_of(r) == 0]
-        moe_width = point["moe_width"] if any(not _is_dense(r) for r in mine) else frontier_width(seed0)
-        shapes += [(Config(moe_width, a, g), budget, 0) for a, g in spec["shapes"]]
+        shapes += [(Config(point["moe_width"], a, g), budget, 0) for a, g in spec["shapes"]]
         if (moe := frontier_moe(mine, budget)) is None or len([r for r in mine if not _is_dense(r)]) < len(
             spec["shapes"]
         ):
