@@ -346,14 +346,14 @@ def score_flop_fraction(mode: str, grid: tuple[int, int, int], layer: Any) -> fl
     layer's own pattern settings (MoGA's group term is measured on its routing and added by the caller)."""
     import math
 
-    from mlcore.video.attention import random_group_ids, tile_layout
+    from mlcore.video.attention import _block_layout, random_group_ids, tile_layout
 
     n = grid[0] * grid[1] * grid[2]
     if mode == "full":
         return 1.0
-    if mode == "blocktopk":  # blocks of N / block_count tokens (shrunk to the gcd), top-k capped at their count
-        blocks = n // math.gcd(max(1, n // layer.block_count), n)
-        return min(layer.block_topk, blocks) / blocks
+    if mode == "blocktopk":  # the layer's blocks of N / block_count tokens, as its forward cuts them
+        _, blocks, topk = _block_layout(n, max(1, n // layer.block_count), layer.block_topk)
+        return topk / blocks
     if mode == "sta":
         return tile_layout(grid, layer.sta_tile, layer.sta_window).flop_fraction()
     window = [math.gcd(a, b) for a, b in zip(layer.window, grid)]

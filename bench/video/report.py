@@ -459,7 +459,7 @@ def _interval_against_margin(pairs: Any, margin: float) -> str:
     inside = -margin <= low and high <= margin
     return (
         f"{pairs.mean:+.4f} [{low:+.4f}, {high:+.4f}] over {pairs.n} seeds against a margin of ±{margin:.4f} "
-        f"(5% of full's loss): interval inside the margin: {_yes(inside)}"
+        f"({PARITY_MARGIN:.0%} of full's loss): interval inside the margin: {_yes(inside)}"
     )
 
 
@@ -470,14 +470,14 @@ def _parity_line(q: dict[str, list[dict[str, Any]]], lc: dict[str, list[dict[str
     if found is None:
         return []
     line = (
-        "- MoGA + local ≈ full (card §4; held-out RF loss, full − MoGA paired by seed): at 128 tokens (§2b) "
-        + _interval_against_margin(*found)
+        "- MoGA + local ≈ full (card §4; held-out RF loss, full − MoGA paired by seed): "
+        f"at {QUALITY_TOKENS} tokens (§2b) " + _interval_against_margin(*found)
     )
     long = _parity(lc or {})
-    if long is None:
+    if long is None or lc is None:
         return [line + "; not measured at ≥ 1,000 tokens in this tier (§2d, `python -m bench.video long`)."]
-    parity = long_context_verdicts(lc or {})[0]
-    rows = lc["moga"] if lc else []
+    parity = long_context_verdicts(lc)[0]
+    rows = lc["moga"]
     return [
         f"{line}; at {rows[0]['tokens']:,} tokens (§2d, a tiny model, {rows[0]['steps']:,} steps) "
         f"{_interval_against_margin(*long)}, MDE {parity.mde:.4f}: **{parity.verdict}** (a powered tie would be "
@@ -513,7 +513,7 @@ def long_context_verdicts(lc: dict[str, list[dict[str, Any]]]) -> list[Any]:
             f"{lead}MoGA + local ≈ full",
             "held-out RF loss",
             margin,
-            "card §4 expects parity; ±5% of full's loss taken as the margin",
+            f"card §4 expects parity; ±{PARITY_MARGIN:.0%} of full's loss taken as the margin",
             higher_is_better=False,
             ceiling=0.0,
             off_scale=off_scale,
