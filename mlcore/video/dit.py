@@ -211,6 +211,10 @@ class VideoDiT(ModelMixin, ConfigMixin):
         attention: str = "full",
         num_groups: int = 4,
         window: tuple[int, int, int] = (4, 2, 2),
+        block_count: int = 16,
+        block_topk: int = 8,
+        sta_tile: tuple[int, int, int] = (2, 2, 2),
+        sta_window: tuple[int, int, int] = (2, 2, 2),
         num_digits: int = 10,
         num_directions: int = 4,
         sample_frames: int = 8,
@@ -237,7 +241,17 @@ class VideoDiT(ModelMixin, ConfigMixin):
                     promoe_conditional=promoe_conditional,
                     promoe_activation=promoe_activation,  # type: ignore[arg-type]
                 ),
-                VideoAttention(dim, heads, mode=attention, num_groups=num_groups, window=tuple(window)),  # type: ignore[arg-type]
+                VideoAttention(
+                    dim,
+                    heads,
+                    mode=attention,  # type: ignore[arg-type]
+                    num_groups=num_groups,
+                    window=tuple(window),  # type: ignore[arg-type]
+                    block_count=block_count,
+                    block_topk=block_topk,
+                    sta_tile=tuple(sta_tile),  # type: ignore[arg-type]
+                    sta_window=tuple(sta_window),  # type: ignore[arg-type]
+                ),
             )
             for _ in range(depth)
         )
