@@ -295,7 +295,7 @@ def phase_search(folder: Path, images: int) -> dict[str, Any]:
             found = embed.search_phase(extractor, work, grid)
 
             def bits(phase: tuple[int, int], work: Any = work, grid: Any = grid, key: Any = key) -> float:
-                tiles = embed._tiles_at(work, grid, embed.shifted_origins(grid, phase))
+                tiles = embed._tiles_at(work, grid, grid.origins(phase))
                 vote = embed._mean_logits(extractor, tiles) - embed.tile_bias(extractor)
                 return float(((vote > 0).float() == key).float().mean())
 

@@ -100,14 +100,15 @@ class Grid:
     def stride(self) -> int:
         return self.tile - OVERLAP
 
-    def origins(self) -> list[tuple[int, int]]:
-        """Every tile's top-left corner on the working image."""
-        if self.whole:
+    def origins(self, phase: tuple[int, int] = (0, 0)) -> list[tuple[int, int]]:
+        """Every tile's top-left corner on the working image; with ``phase`` (dy, dx), the grid's corners
+        moved by it, those that stay inside the working image."""
+        if self.whole and phase == (0, 0):
             return [(0, 0)]
         return [
             (y, x)
-            for y in range(0, self.height - self.tile + 1, self.stride)
-            for x in range(0, self.width - self.tile + 1, self.stride)
+            for y in range(phase[0], self.height - self.tile + 1, self.stride)
+            for x in range(phase[1], self.width - self.tile + 1, self.stride)
         ]
 
 
@@ -160,12 +161,6 @@ def window(tile: int) -> torch.Tensor:
     return w[:, None] * w[None, :]
 
 
-def _cut(work: torch.Tensor, grid: Grid) -> torch.Tensor:
-    """All tiles of a (1, C, h, w) working image, in :meth:`Grid.origins` order."""
-    t = grid.tile
-    return torch.stack([work[0, :, y : y + t, x : x + t] for y, x in grid.origins()])
-
-
 def _batches(tiles: torch.Tensor) -> Iterator[torch.Tensor]:
     for start in range(0, len(tiles), TILE_BATCH):
         yield tiles[start : start + TILE_BATCH]
@@ -212,7 +207,7 @@ def working_residual(
     _, c, h, w = work.shape
     grid = Grid(h, w, bundle.extractor.image_size, whole=False)
     t = grid.tile
-    residuals = tile_residuals(bundle, _cut(work, grid), key)
+    residuals = tile_residuals(bundle, _tiles_at(work, grid, grid.origins()), key)
     weight = window(t) if blend else torch.ones(t, t)
     field = torch.zeros(1, c, h, w)
     total = torch.zeros(1, 1, h, w)
@@ -303,13 +298,14 @@ def read_logits(extractor: Extractor, image: torch.Tensor) -> torch.Tensor:
     if mode == "random":
         tiles = _tiles_at(work, grid, reading_origins(grid))
     elif mode == "random-search":
-        tiles = _tiles_at(work, grid, shifted_origins(grid, search_phase(extractor, work, grid)))
+        tiles = _tiles_at(work, grid, grid.origins(search_phase(extractor, work, grid)))
     else:
-        tiles = _cut(work, grid)
+        tiles = _tiles_at(work, grid, grid.origins())
     return _mean_logits(extractor, tiles) - tile_bias(extractor)
 
 
 def _tiles_at(work: torch.Tensor, grid: Grid, origins: list[tuple[int, int]]) -> torch.Tensor:
+    """The tiles of a (1, C, h, w) working image at ``origins`` (top-left corners), stacked."""
     t = grid.tile
     return torch.stack([work[0, :, y : y + t, x : x + t] for y, x in origins])
 
@@ -322,13 +318,10 @@ def _mean_logits(extractor: Extractor, tiles: torch.Tensor) -> torch.Tensor:
     return total / len(tiles)
 
 
-def shifted_origins(grid: Grid, phase: tuple[int, int]) -> list[tuple[int, int]]:
-    """The grid's tile corners moved by ``phase`` (dy, dx), those that stay inside the working image."""
-    return [
-        (y, x)
-        for y in range(phase[0], grid.height - grid.tile + 1, grid.stride)
-        for x in range(phase[1], grid.width - grid.tile + 1, grid.stride)
-    ]
+def _logits(extractor: Extractor, tiles: torch.Tensor) -> torch.Tensor:
+    """The extractor's logits of every tile, batched on its device, (n, bits) on the CPU."""
+    device = next(extractor.parameters()).device
+    return torch.cat([extractor(b.to(device)).float().cpu() for b in _batches(tiles)])
 
 
 @torch.no_grad()
@@ -354,9 +347,7 @@ def search_phase(extractor: Extractor, work: torch.Tensor, grid: Grid) -> tuple[
             for py, px in phases
             for y, x in near
         ]
-        device = next(extractor.parameters()).device
-        tiles = _tiles_at(work, grid, origins)
-        logits = torch.cat([extractor(b.to(device)).float().cpu() for b in _batches(tiles)])
+        logits = _logits(extractor, _tiles_at(work, grid, origins))
         votes = logits.reshape(len(phases), len(near), -1).mean(1) - bias
         return phases[int(votes.abs().mean(1).argmax())]
 
@@ -369,13 +360,7 @@ def reading_origins(grid: Grid, phases: int | None = None) -> list[tuple[int, in
     """Tile corners of ``phases`` ² shifted copies of the grid (shifts k · stride / phases per axis), inside it."""
     phases = phases or READ_PHASES
     shifts = sorted({round(k * grid.stride / phases) for k in range(phases)})
-    return [
-        (y, x)
-        for sy in shifts
-        for sx in shifts
-        for y in range(sy, grid.height - grid.tile + 1, grid.stride)
-        for x in range(sx, grid.width - grid.tile + 1, grid.stride)
-    ]
+    return [o for sy in shifts for sx in shifts for o in grid.origins((sy, sx))]
 
 
 _bias: dict[int, tuple[Extractor, torch.Tensor]] = {}
@@ -398,8 +383,7 @@ def tile_bias(extractor: Extractor, *, n: int = 512) -> torch.Tensor:
     was_training = extractor.training
     extractor.eval()
     crops = from_uint8(image_crops(n, extractor.image_size, seed=7, split="train"))
-    device = next(extractor.parameters()).device
-    bias = torch.cat([extractor(b.to(device)).float().cpu() for b in _batches(crops)]).mean(0)
+    bias = _logits(extractor, crops).mean(0)
     extractor.train(was_training)
     _bias[id(extractor)] = (extractor, bias)
     return bias
