@@ -114,6 +114,15 @@ def random_corners(n: int, tile: int, g: torch.Generator, per: int = TILES_PER_S
     return torch.randint(0, tile - OVERLAP, (n, per, 2), generator=g)
 
 
+def random_shifts(fields: torch.Tensor, tile: int, g: torch.Generator, share: float = 1.0) -> torch.Tensor:
+    """``fields`` each moved by a random phase in [0, stride)² (:func:`shift_fields`); with ``share`` < 1
+    (the curriculum) each keeps its grid, a shift of 0, with probability 1 − share."""
+    shifts = torch.randint(0, tile - OVERLAP, (len(fields), 2), generator=g)
+    if share < 1:
+        shifts = shifts * (torch.rand(len(fields), 1, generator=g) < share)
+    return shift_fields(fields, shifts, tile - OVERLAP)
+
+
 def mixed_corners(n: int, tile: int, g: torch.Generator, share: float) -> torch.Tensor:
     """:func:`random_corners`, each tile left on the mark's grid (:func:`tile_origins`) with probability 1 − share."""
     corners = random_corners(n, tile, g)
@@ -356,10 +365,7 @@ def train_jointly(
         group = fields[: config.forge_group]
         share = config.random_share(step)
         if config.random_offset and config.forged_patches:
-            shifts = torch.randint(0, tile - OVERLAP, (len(group), 2), generator=g)
-            if share < 1:  # the curriculum: some marks stay on their grid (a shift of 0)
-                shifts = shifts * (torch.rand(len(group), 1, generator=g) < share)
-            group = shift_fields(group, shifts, tile - OVERLAP)
+            group = random_shifts(group, tile, g, share)
         if config.forged_patches:
             nulls.append(forged(group, pool.photos[others[config.clean_patches :]], goal))
         batch = random_attacks(torch.cat([marked, *nulls]), rng, mix=config.attack_mix(step))
@@ -501,7 +507,7 @@ def evaluate(
     )
     pattern = pattern * (goal / rms(pattern))
     if random_offset:
-        pattern = shift_fields(pattern, torch.randint(0, tile - OVERLAP, (half, 2), generator=phases), tile - OVERLAP)
+        pattern = random_shifts(pattern, tile, phases)
     mean = pattern.mean(0, keepdim=True)
     out["forgery_pattern_psnr"] = round(20 * math.log10(2 / max(rms(mean).item(), 1e-12)), 2)
     victims = quantise((held.photos[half:] + mean).clamp(-1, 1))
