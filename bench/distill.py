@@ -254,14 +254,23 @@ def _finite(value: float) -> float:
     return value if math.isfinite(value) else math.inf
 
 
-def best_lrs(rows: list[dict[str, Any]]) -> dict[Config, float]:
-    """Each arm's learning rate: the lowest validation FKL at seed 0 over the rates it has run."""
-    sweep: dict[Config, dict[float, float]] = {}
+def _sweep(rows: list[dict[str, Any]]) -> dict[Config, dict[float, dict[str, Any]]]:
+    """Each arm's seed-0 runs by learning rate: the sweep its rate is chosen on."""
+    sweep: dict[Config, dict[float, dict[str, Any]]] = {}
     for row in rows:
         cfg = Config(**row["config"])
         if cfg.seed == 0:
-            sweep.setdefault(cfg.arm, {})[cfg.lr] = _finite(row["metrics"]["validation_forward_kl"])
-    return {arm: min(by_lr, key=lambda lr: (by_lr[lr], lr)) for arm, by_lr in sweep.items()}
+            sweep.setdefault(cfg.arm, {})[cfg.lr] = row
+    return sweep
+
+
+def best_lrs(rows: list[dict[str, Any]]) -> dict[Config, float]:
+    """Each arm's learning rate: the lowest validation FKL at seed 0 over the rates it has run."""
+
+    def loss(row: dict[str, Any]) -> float:
+        return _finite(row["metrics"]["validation_forward_kl"])
+
+    return {arm: min(by_lr, key=lambda lr: (loss(by_lr[lr]), lr)) for arm, by_lr in _sweep(rows).items()}
 
 
 def unbracketed(rows: list[dict[str, Any]], arms: Iterable[tuple[str, Config]]) -> str | None:
@@ -269,14 +278,10 @@ def unbracketed(rows: list[dict[str, Any]], arms: Iterable[tuple[str, Config]]) 
     of the rates it ran may have its own optimum beyond them (as a scaling study's optimum at the edge
     of its width grid), so the pair compares the grid's edge, not the two losses at their best."""
     best = best_lrs(rows)
-    ran: dict[Config, set[float]] = {}
-    for row in rows:
-        cfg = Config(**row["config"])
-        if cfg.seed == 0:
-            ran.setdefault(cfg.arm, set()).add(cfg.lr)
+    ran = _sweep(rows)
     edges = []
     for name, arm in arms:
-        lrs, lr = ran.get(arm, set()), best.get(arm)
+        lrs, lr = set(ran.get(arm, {})), best.get(arm)
         if lr is not None and (len(lrs) < 2 or lr in (min(lrs), max(lrs))):
             edges.append(f"{name} ({lr:g}, the grid's {'top' if lr == max(lrs) else 'bottom'})")
     if not edges:
@@ -451,17 +456,12 @@ def _summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _sweep_table(rows: list[dict[str, Any]], lrs: tuple[float, ...]) -> list[str]:
-    sweep: dict[Config, dict[float, dict[str, Any]]] = {}
-    for row in rows:
-        cfg = Config(**row["config"])
-        if cfg.seed == 0:
-            sweep.setdefault(cfg.arm, {})[cfg.lr] = row
     best = best_lrs(rows)
     lines = [
         "| method | precision | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |",
         "|---|---|" + "---|" * len(lrs),
     ]
-    for arm, by_lr in sweep.items():
+    for arm, by_lr in _sweep(rows).items():
         cells = []
         for lr in lrs:
             if lr not in by_lr:
