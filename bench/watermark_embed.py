@@ -187,9 +187,11 @@ def embed_rows(
     *,
     held: list[bool] | None = None,
     keys: list[Any] | None = None,
+    offset_rng: np.random.Generator | None = None,
 ) -> dict[str, Any]:
     """:func:`molm_rows` for any bundle; ``keys`` (cycled over the images) for a Stable-Signature-like bundle,
-    which marks only the keys it has a fine-tuned decoder for — otherwise a fresh random key per image."""
+    which marks only the keys it has a fine-tuned decoder for — otherwise a fresh random key per image.
+    ``offset_rng`` draws a secret-offset bundle's offsets (:func:`~mlcore.watermark.embed.mark_image`)."""
     import torch
 
     from mlcore.watermark import image_io
@@ -207,7 +209,7 @@ def embed_rows(
         else:
             key = torch.as_tensor(keys[i % len(keys)]).float()
         source = image_io.SourceImage(name=f"{i}.png", format="PNG", pixels=pixels)
-        marked = mark_image(bundle, source, key, target_psnr=TARGET_PSNR)
+        marked = mark_image(bundle, source, key, target_psnr=TARGET_PSNR, offset_rng=offset_rng)
         data = image_io.encode(marked.image)
         psnrs.append(psnr(image_io.read(data).pixels, pixels))
         strengths.append(marked.strength)
@@ -248,8 +250,10 @@ def bundle_forgery(
     seed: int,
     *,
     key: np.ndarray | None = None,
+    offset_rng: np.random.Generator | None = None,
 ) -> dict[str, Any]:
-    """:func:`forgery` for any bundle; ``key`` fixes the forged key (a Stable-Signature-like bundle's own)."""
+    """:func:`forgery` for any bundle; ``key`` fixes the forged key (a Stable-Signature-like bundle's own),
+    ``offset_rng`` draws a secret-offset bundle's offsets."""
     import torch
 
     from mlcore.watermark import image_io
@@ -259,10 +263,12 @@ def bundle_forgery(
     extractor = bundle.extractor
     rng = np.random.default_rng(seed)
     key = rng.integers(0, 2, bundle.num_bits) if key is None else np.asarray(key).astype(np.int64)
+    key_t = torch.from_numpy(key).float()
 
     def mark(pixels: np.ndarray, i: int) -> bytes:
         source = image_io.SourceImage(name=f"{i}.png", format="PNG", pixels=pixels)
-        return image_io.encode(mark_image(bundle, source, torch.from_numpy(key).float(), target_psnr=TARGET_PSNR).image)
+        marked = mark_image(bundle, source, key_t, target_psnr=TARGET_PSNR, offset_rng=offset_rng)
+        return image_io.encode(marked.image)
 
     return _forgery(
         mark,

@@ -48,7 +48,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -195,24 +194,11 @@ def train(variant: str, seed: int, steps: int) -> dict[str, Any]:
     return row
 
 
-@contextmanager
-def seeded_offsets(seed: int) -> Iterator[None]:
-    """Secret offsets drawn from a seeded generator while marking, so a rerun repeats the same marks."""
-    from mlcore.watermark import embed
-
-    draw = embed.draw_offset
-    rng = np.random.default_rng(seed)
-    embed.draw_offset = lambda stride, given=None: draw(stride, given if given is not None else rng)
-    try:
-        yield
-    finally:
-        embed.draw_offset = draw
-
-
 def measure_reader(folder: Path, spec: Tier) -> tuple[dict[str, Any], dict[str, Any]]:
     """``bench.watermark_embed``'s bits rows and averaging forgery on one markers folder."""
     from bench import watermark_embed as wm
     from mlcore.data.images import split_photos
+    from mlcore.watermark.pipeline import load_bundle
 
     named = wm.named_crops(spec.crops)
     held_names = {p.name for p in split_photos("test")}
@@ -220,13 +206,15 @@ def measure_reader(folder: Path, spec: Tier) -> tuple[dict[str, Any], dict[str, 
     sources = wm.square_crops(spec.forge_sources, wm.FORGE_SIDE, seed=21)
     own_clean = wm.square_crops(max(wm.FORGE_NS), wm.FORGE_SIDE, seed=22)
     targets = wm.square_crops(spec.forge_targets, wm.FORGE_SIDE, seed=23)
-    with seeded_offsets(OFFSET_SEED):
-        began = time.perf_counter()
-        rows = wm.molm_rows(folder, [p for _, p in named], seed=1, held=held)
-        rows["wall_seconds"] = round(time.perf_counter() - began, 1)
-        began = time.perf_counter()
-        forged = wm.forgery(folder, sources, own_clean, targets, seed=2)
-        forged["wall_seconds"] = round(time.perf_counter() - began, 1)
+    bundle = load_bundle(folder)
+    # Secret offsets from one seeded generator, rows first, so a rerun repeats the same marks.
+    offsets = np.random.default_rng(OFFSET_SEED)
+    began = time.perf_counter()
+    rows = wm.embed_rows(bundle, [p for _, p in named], seed=1, held=held, offset_rng=offsets)
+    rows["wall_seconds"] = round(time.perf_counter() - began, 1)
+    began = time.perf_counter()
+    forged = wm.bundle_forgery(bundle, sources, own_clean, targets, seed=2, offset_rng=offsets)
+    forged["wall_seconds"] = round(time.perf_counter() - began, 1)
     return rows, forged
 
 
