@@ -234,15 +234,7 @@ def test_the_recipe_resumes_and_exports_a_markers_folder_without_the_shift(tmp_p
     if not (CHECKPOINT / "manifest.json").is_file():
         pytest.skip("molm-tiny is not committed")
     monkeypatch.setattr("mlcore.watermark.embed_train.held_out_photos", _one_small_photo)
-    recipe = replace(
-        molm_residual.RECIPE,
-        train_patches=4,
-        held_patches=4,
-        readback_photos=0,
-        export_photos=1,
-        readback_psnr=30.0,
-        training=replace(CONFIG, steps=2, patches=2, forge_group=2),
-    )
+    recipe = _tiny_recipe(molm_residual.RECIPE, replace(CONFIG, steps=2, patches=2, forge_group=2))
     workdir, target = tmp_path / "work", tmp_path / "out"
     with pytest.raises(molm_residual.OutOfTime):
         molm_residual.train(workdir, target, recipe=recipe, deadline=0.0)  # spent: stops once the pool is cached
@@ -260,6 +252,21 @@ def test_the_recipe_resumes_and_exports_a_markers_folder_without_the_shift(tmp_p
     assert card["training"]["linear_readout"] is True
     bundle = load_bundle(out)
     assert not bundle.markers.has_shift and bundle.extractor.readout is not None
+
+
+def _tiny_recipe(base, training):
+    """A molm-residual recipe shrunk to seconds: four patches each way, one exported photo, ``training``."""
+    from dataclasses import replace
+
+    return replace(
+        base,
+        train_patches=4,
+        held_patches=4,
+        readback_photos=0,
+        export_photos=1,
+        readback_psnr=30.0,
+        training=training,
+    )
 
 
 def _one_small_photo(n, *, seed, low=256, high=384):
@@ -280,15 +287,8 @@ def test_the_random_offset_recipe_records_the_option_where_the_portal_reads_it(t
         pytest.skip("molm-tiny is not committed")
     monkeypatch.setattr("mlcore.watermark.embed_train.held_out_photos", _one_small_photo)
     variant = molm_residual.VARIANTS["random-offset"]
-    recipe = replace(
-        variant,
-        train_patches=4,
-        held_patches=4,
-        readback_photos=0,
-        export_photos=1,
-        readback_psnr=30.0,
-        training=replace(variant.training, steps=1, patches=2, forge_group=2, eval_every=1, checkpoint_every=1),
-    )
+    training = replace(variant.training, steps=1, patches=2, forge_group=2, eval_every=1, checkpoint_every=1)
+    recipe = _tiny_recipe(variant, training)
     out = molm_residual.train(tmp_path / "work", tmp_path / "out", recipe=recipe)
     bundle = load_bundle(out)
     assert embed.offset_mode(bundle.extractor) == "random" and bundle.extractor.readout is None
