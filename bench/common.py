@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -71,6 +72,12 @@ def matmul_peak_flops(dtype: str = "float32", n: int = 1024, repeats: int = 5) -
     return 2 * n**3 / seconds
 
 
+def stamp(data: Any, length: int = 12) -> str:
+    """A short digest of JSON-able ``data`` (keys sorted; what JSON cannot hold, as ``str``): the part
+    of a cache key that changes whenever a configuration's settings do."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:length]
+
+
 def full_tier_cache(store: Store, tier: str) -> Store | None:
     """Where a benchmark caches its finished configurations: ``store`` for the full tier, which
     resumes; none for the quick tier, which always recomputes."""
@@ -89,15 +96,11 @@ class StaleCache(RuntimeError):
 def zoo_fingerprints(names: tuple[str, ...]) -> dict[str, str]:
     """A short digest of each committed zoo checkpoint's files (its manifest's sha256s); "missing"
     for one that is not there."""
-    import hashlib
-
     prints = {}
     for name in names:
         manifest = ZOO_CHECKPOINTS / name / "manifest.json"
         files = json.loads(manifest.read_text()).get("files", {}) if manifest.is_file() else None
-        prints[name] = (
-            "missing" if files is None else hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:12]
-        )
+        prints[name] = "missing" if files is None else stamp(files)
     return prints
 
 

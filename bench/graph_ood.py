@@ -34,15 +34,13 @@ settings can run in parallel processes.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import statistics
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from bench.cache import Store
-from bench.common import write_results
+from bench.common import stamp, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Shared with the routing benchmark, under keys ``graph/...``.
@@ -127,7 +125,7 @@ def erm_grid(tier: Tier) -> tuple[ErmPoint, ...]:
 def _stamp(tier: str) -> str:
     # The tier's settings are part of the name, so changing a tier never reuses stale runs.
     settings = {k: v for k, v in asdict(TIERS[tier]).items() if k != "ablations"}
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+    return stamp(settings, 8)
 
 
 def _cache_key(tier: str, setting: str, method: str, seed: int, point: ErmPoint | None = None) -> str:

@@ -28,7 +28,6 @@ both modes) and the sizes of what it writes against the issue's size goal.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import resource
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cache import ROOT, Store
-from bench.common import machine, write_results
+from bench.common import machine, stamp, write_results
 
 CACHE = Store.named("scale")
 CHECKPOINTS = ROOT / "scale"
@@ -60,8 +59,7 @@ class ScaleConfig:
 
     @property
     def key(self) -> str:
-        stamp = hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()[:8]
-        return f"{self.name}_{self.windows}x{self.seq_len}_{stamp}"
+        return f"{self.name}_{self.windows}x{self.seq_len}_{stamp(self.config, 8)}"
 
 
 _OLMOE = {

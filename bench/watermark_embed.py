@@ -47,7 +47,6 @@ process (the worker's part of a portal check; ``bench.watermark_latency`` measur
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import statistics
@@ -61,7 +60,7 @@ import numpy as np
 from PIL import Image
 
 from bench.cache import Store
-from bench.common import full_tier_cache, write_results
+from bench.common import full_tier_cache, stamp, write_results
 from mlcore.watermark.learned_baselines import BaselineTrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -454,8 +453,7 @@ class LearnedRecipe:
     held_patches: int = 32  # held-out patches for the training summary
 
     def stamp(self) -> str:
-        text = json.dumps(asdict(self), sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:10]
+        return stamp(asdict(self), 10)
 
 
 # Fine-tunes start at the unmarked decoder, so a stronger mark first (32 dB, annealed to 38 over half the
@@ -670,7 +668,7 @@ def latency(folder: Path, reps: int) -> dict[str, float]:
 
 
 def _digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return stamp(parts)
 
 
 def _folder_stamp(folder: Path) -> str:
