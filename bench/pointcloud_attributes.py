@@ -23,14 +23,17 @@
    attribute augmentation on, its default) twice per seed: on scans with their attribute and on the
    same scans without it. Held-out scans are segmented with the attribute, and (robustness) by the
    attribute-trained model without it. Goal: the attribute raises mIoU by ≥ 0.1, paired by seed
-   (the 95% paired t interval of :mod:`bench.verdicts` beside it). The full tier adds the same
-   training without attribute augmentation and with the zoo's "robust" preset (attribute dropout).
+   (the 95% paired t interval of :mod:`bench.verdicts` beside it). The full tier runs 18 seeds
+   (enough to judge the painted doors, whose spread needed them) and adds, on its first 5 seeds, the
+   same training without attribute augmentation, with the zoo's "robust" preset (attribute dropout)
+   and with that preset's dropout drawn per batch instead of per crop ("robust-batch").
 
 ``python -m bench pointcloud-attributes --tier quick|full`` writes
-``bench/results/pointcloud-attributes.md`` and ``.json``. Segmenters measured in part 1: the zoo's
-``pointmoe-synmix``, plus any named in ``$MOELAB_BENCH_SEGMENTERS`` (``name=folder;…``; e.g. a
-candidate trained with attribute augmentation before it replaces the zoo's, by
-:mod:`bench.pointcloud_candidates`).
+``bench/results/pointcloud-attributes.md`` and ``.json``; the full tier caches each segmenter's
+part 1 and each training's part 2 in ``bench/cache/pointcloud-attributes.jsonl`` and resumes.
+Segmenters measured in part 1: the zoo's ``pointmoe-synmix``, plus any named in
+``$MOELAB_BENCH_SEGMENTERS`` (``name=folder;…``; e.g. a candidate trained with attribute
+augmentation before it replaces the zoo's, by :mod:`bench.pointcloud_candidates`).
 """
 
 from __future__ import annotations
@@ -47,8 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import ZOO_CHECKPOINTS, machine
+from bench.cache import Store
+from bench.common import ZOO_CHECKPOINTS, full_tier_cache, machine, stamp
 
+NAME = "pointcloud-attributes"
 SEGMENTERS_ENV = "MOELAB_BENCH_SEGMENTERS"
 #: Largest change of mIoU against "as captured" that counts as robust, and the least gain an
 #: attribute must bring where classes differ only by it (issue #22, point 3).
@@ -67,17 +72,30 @@ class Tier:
     steps: int
     points: int
     batch_size: int
-    #: Further trainings on the scans with their attribute: (row name, ``attribute_augment``).
+    #: Further trainings on the scans with their attribute: (row name, ``attribute_augment``), each
+    #: on the first ``extra_seeds`` seeds (they judge no claim; the two trainings compared are on all).
     extra: tuple[tuple[str, str], ...] = ()
+    extra_seeds: int = 0
+
+    def training(self) -> dict[str, Any]:
+        """What a case's training depends on (the cache key's stamp): scans, steps, crops."""
+        return {k: getattr(self, k) for k in ("train_scans", "heldout_scans", "steps", "points", "batch_size")}
 
 
+#: The full tier trains at the quick tier's scale with more seeds: at 3 seeds the painted-doors
+#: comparison's MDE (0.43) was the limit, not the length of training (each run ~25 s on one core).
 TIERS = {
     "quick": Tier(
         robustness_scans=1, seeds=3, train_scans=8, heldout_scans=3, steps=150, points=1024, batch_size=4,
     ),
     "full": Tier(
-        robustness_scans=4, seeds=5, train_scans=12, heldout_scans=6, steps=300, points=2048, batch_size=4,
-        extra=(("not augmented, with attribute", "off"), ("robust preset, with attribute", "robust")),
+        robustness_scans=4, seeds=18, train_scans=8, heldout_scans=3, steps=150, points=1024, batch_size=4,
+        extra=(
+            ("not augmented, with attribute", "off"),
+            ("robust preset, with attribute", "robust"),
+            ("robust preset, dropout per batch, with attribute", "robust-batch"),
+        ),
+        extra_seeds=5,
     ),
 }  # fmt: skip
 
@@ -187,6 +205,11 @@ def robustness_rows(model: Any, scans: int) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def fingerprint(folder: Path) -> str:
+    """A short digest of a saved segmenter's weights: cached rows follow the model, not its folder."""
+    return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()[:12]
 
 
 def segmenters() -> dict[str, Path]:
@@ -404,21 +427,39 @@ def train_case(
     return model, result.seconds
 
 
-def case_runs(case: Case, tier: Tier) -> list[dict[str, Any]]:
+def run_key(case: Case, tier: Tier, training: str, augment: str | None, seed: int) -> str:
+    """The cache key of one training and its held-out reads: what it was trained on and how, so a
+    changed preset or tier never reuses a stale run."""
+    from mlcore.pointcloud import augment as aug
+    from mlcore.pointcloud.user_train import USER_ATTRIBUTE_AUGMENT
+
+    preset = aug.preset(augment or USER_ATTRIBUTE_AUGMENT)
+    settings = {"tier": tier.training(), "augment": None if preset is None else preset.to_dict()}
+    return f"case/{case.name}/{training}/{stamp(settings)}/seed{seed}"
+
+
+def case_runs(case: Case, tier: Tier, cache: Store | None = None) -> list[dict[str, Any]]:
     """Per seed and training: held-out mIoU (and per-class IoU) with and without the attribute."""
     from mlcore.pointcloud.user_train import evaluate, label_space
 
     space = label_space(case.classes, synmix=False)
     train_scans = case_scans(case, tier.train_scans, "train")
     held = case_scans(case, tier.heldout_scans, "heldout")
-    trainings: list[tuple[str, str | None, bool]] = [
-        ("augmented, with attribute", None, False),
-        ("augmented, geometry only", None, True),
+    trainings: list[tuple[str, str | None, bool, int]] = [
+        ("augmented, with attribute", None, False, tier.seeds),
+        ("augmented, geometry only", None, True, tier.seeds),
     ]
-    trainings += [(name, augment, False) for name, augment in tier.extra]
+    trainings += [(name, augment, False, tier.extra_seeds or tier.seeds) for name, augment in tier.extra]
     runs = []
     for seed in range(tier.seeds):
-        for training, augment, blind in trainings:
+        for training, augment, blind, seeds in trainings:
+            if seed >= seeds:
+                continue
+            key = run_key(case, tier, training, augment, seed)
+            cached = cache.get(key) if cache is not None else None
+            if cached is not None:
+                runs.append(cached)
+                continue
             scans = without_attributes(train_scans) if blind else train_scans
             model, seconds = train_case(case, scans, tier, seed, augment=augment)
             row: dict[str, Any] = {"case": case.name, "seed": seed, "training": training, "train_seconds": seconds}
@@ -429,6 +470,8 @@ def case_runs(case: Case, tier: Tier) -> list[dict[str, Any]]:
                 ev = evaluate(model, scans_in, space, case.voxel)
                 row[setting] = {"miou": ev["miou"], "iou": ev["iou"], "points": ev["points"]}
             runs.append(row)
+            if cache is not None:
+                cache.put(key, row)
             print(
                 f"[pointcloud-attributes] {case.name} seed {seed} {training}: "
                 + ", ".join(f"{s} {row[s]['miou']:.3f}" for s, _ in settings)
@@ -605,10 +648,17 @@ def run(tier_name: str, results: Path) -> None:
         "cases": {},
         "verdicts": {},
     }
+    cache = full_tier_cache(Store.named(NAME), tier_name)
     for name, folder in segmenters().items():
         model, config = load_segmenter(folder)
         print(f"[pointcloud-attributes] robustness of {name} ({folder})", flush=True)
-        out["robustness"][name] = robustness_rows(model, tier.robustness_scans)
+        key = f"robustness/{fingerprint(folder)}/{tier.robustness_scans}"
+        rows = cache.get(key) if cache is not None else None
+        if rows is None:
+            rows = robustness_rows(model, tier.robustness_scans)
+            if cache is not None:
+                cache.put(key, rows)
+        out["robustness"][name] = rows
         card = config.get("card") or {}
         out.setdefault("segmenters", {})[name] = {
             "folder": str(folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder),
@@ -616,7 +666,7 @@ def run(tier_name: str, results: Path) -> None:
             "train": (card.get("recipe") or {}).get("train"),
         }
     for case in CASES.values():
-        runs = case_runs(case, tier)
+        runs = case_runs(case, tier, cache)
         out["cases"][case.name] = runs
         out["verdicts"][case.name] = as_json(case_verdicts(case, runs))
     out["train_seconds"] = sum(r["train_seconds"] for runs in out["cases"].values() for r in runs)

@@ -117,7 +117,7 @@ def score(model: Any, cloud: Survey) -> dict[str, Any]:
 
 
 def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
-    from bench.pointcloud_attributes import segmenters
+    from bench.pointcloud_attributes import fingerprint, segmenters
     from mlcore.pointcloud.pipeline import load_segmenter
 
     started = time.perf_counter()
@@ -129,10 +129,9 @@ def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
     for name, folder in segmenters().items():
         model, config = load_segmenter(folder)  # in eval mode
         sources[name] = (config.get("card") or {}).get("command") or folder.name
-        fingerprint = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()[:12]
         for street in range(cfg["streets"]):
             for size in cfg["sizes"]:
-                key = f"{fingerprint}/{street}/{size}/{SURVEY_POINTS}/{STREET_LENGTH}"
+                key = f"{fingerprint(folder)}/{street}/{size}/{SURVEY_POINTS}/{STREET_LENGTH}"
                 found = cache.get(key) if cache is not None else None
                 if found is None:
                     if street not in surveys:

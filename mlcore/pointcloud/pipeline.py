@@ -305,11 +305,12 @@ def train(
         else:
             names = [cfg.datasets[step % len(cfg.datasets)]] * cfg.batch_size
         samples = [pool.draw(n, rng, cfg.points) for n in names]
+        keeps = augment.batch_keeps(rng, attributes) if attributes is not None else None
         for sample in samples:
             if height == "scan":
                 sample.feat[:, HEIGHT] += sample.rise
             if attributes is not None:
-                sample.feat = augment.augment_features(sample.feat, sample.coord, rng, attributes)
+                sample.feat = augment.augment_features(sample.feat, sample.coord, rng, attributes, keeps)
         points, labels, allowed = collate(samples, device, domains=model.cfg.domains)
         logits = model(points)
         loss = segmentation_loss(logits, labels, allowed)

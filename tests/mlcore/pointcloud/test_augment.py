@@ -13,7 +13,7 @@ from mlcore.pointcloud.augment import COLOUR, INTENSITY, AttributeAugment, augme
 from mlcore.pointcloud.datasets import point_features
 
 ROOT = Path(__file__).resolve().parents[3]
-NEVER = dict.fromkeys(f.name for f in dataclasses.fields(AttributeAugment) if not f.name.endswith("_range"))
+NEVER = dict.fromkeys(f.name for f in dataclasses.fields(AttributeAugment) if isinstance(f.default, float))
 
 
 def only(**probabilities: float) -> AttributeAugment:
@@ -39,6 +39,25 @@ def test_a_dropped_attribute_is_encoded_exactly_as_a_missing_one_at_inference():
     np.testing.assert_array_equal(dropped, point_features(xyz, None, None))
     colour_only = augment_features(feat, xyz, rng, only(drop_intensity=1.0))
     np.testing.assert_array_equal(colour_only, point_features(xyz, rgb, None))
+
+
+def test_a_batch_draw_decides_for_every_crop_of_the_step_and_a_crop_draw_draws_nothing_for_the_batch():
+    rng = np.random.default_rng(0)
+    assert augment.batch_keeps(rng, AttributeAugment()) is None
+    assert rng.bit_generator.state == np.random.default_rng(0).bit_generator.state
+    feat, xyz = crop()
+    batch = dataclasses.replace(only(drop_colour=0.5, drop_intensity=0.5), dropout_unit="batch")
+    draws = [augment.batch_keeps(rng, batch) for _ in range(40)]
+    assert {d["colour"] for d in draws} == {True, False}
+    for keeps in draws[:8]:
+        outs = [augment_features(feat, xyz, rng, batch, keeps) for _ in range(3)]
+        for out in outs:  # the draw, not the crop's own coin, decides
+            assert augment.present(out) == keeps
+
+
+def test_an_unknown_dropout_unit_is_refused():
+    with pytest.raises(ValueError, match="dropout_unit must be 'crop' or 'batch'"):
+        augment.batch_keeps(np.random.default_rng(0), AttributeAugment(dropout_unit="scan"))
 
 
 def test_it_never_replaces_a_dropped_attribute_with_a_synthetic_one():

@@ -56,6 +56,26 @@ def test_training_leaves_attributes_alone_unless_augmentation_is_asked_for(monke
     assert robust != off
 
 
+def test_dropout_per_batch_drops_an_attribute_from_all_of_a_steps_crops_or_from_none(monkeypatch, pool):
+    kept: list[bool] = []
+    original = augment.augment_features
+
+    def recorded(*args: object, **kwargs: object) -> np.ndarray:
+        out = original(*args, **kwargs)
+        kept.append(augment.present(out)["colour"])
+        return out
+
+    monkeypatch.setattr(augment, "augment_features", recorded)
+    batch = 3
+    cfg = TrainConfig(
+        steps=8, batch_size=batch, points=128, scenes=1, datasets=("A",), attribute_augment="robust-batch"
+    )
+    train(PTv3(TINY), cfg, pool=pool)
+    steps = [set(kept[i : i + batch]) for i in range(0, len(kept), batch)]
+    assert all(len(step) == 1 for step in steps)  # dataset A carries colour: the batch's draw decides alone
+    assert {True, False} == set().union(*steps)
+
+
 def test_an_unknown_height_reference_stops_training_before_it_starts(pool):
     cfg = TrainConfig(steps=1, batch_size=1, points=256, scenes=1, datasets=("A",), height="floor")
     with pytest.raises(ValueError, match="height must be one of crop, scan"):
