@@ -35,6 +35,9 @@ Both are marked decoders in the same residual embed path, so their rows go throu
 ``mark_image``, attacks, reader and forgery as MOLM's. They are trained here (:data:`LEARNED`: three
 seeds in the full tier, two keys per seed for Stable-Signature-like, each seed marking a third of the
 crops), and every trained model is kept under ``var/bench/watermark-embed/`` so a rerun only measures.
+Beside them, MOLM's own markers (molm-tiny's adapters without the shift, and its extractor) trained
+exactly as WOUAF-like is, seeds and all: the three methods at equal training, measured on this
+machine (the ``molm-residual`` recipe's rows need hours of training and may be carried over).
 
 In the full tier every finished row and forgery is cached (``bench/cache/watermark-embed.jsonl``,
 keyed by the markers' manifest, the tier's settings and the embed path's code), and MOLM rows whose
@@ -435,6 +438,9 @@ def imwatermark_forgery(
 
 SS_LABEL = "Stable-Signature-like (a decoder fine-tuned per key against a frozen pre-trained extractor)"
 WOUAF_LABEL = "WOUAF-like (key → per-channel modulation of the decoder's convolutions)"
+#: MOLM's markers trained exactly as WOUAF-like is: the comparison at equal training.
+MOLM_LABEL = "MOLM on the baselines' training (key-routed adapters, no shift, trained as WOUAF-like)"
+LEARNED_LABELS = (SS_LABEL, WOUAF_LABEL, MOLM_LABEL)
 #: Trained baselines, cached between runs (gitignored): a rerun loads every finished training.
 BASELINE_WORK = ROOT / "var" / "bench" / "watermark-embed"
 ZOO_FOLDER = ROOT / "mlcore" / "zoo" / "checkpoints" / "molm"
@@ -568,56 +574,97 @@ def _training_summary(steps: int, cpu_seconds: float, rows: list[dict[str, Any]]
     }
 
 
-def train_wouaf(recipe: LearnedRecipe, seed: int, folder: Path) -> dict[str, Any]:
-    """One seed of the WOUAF-like baseline, loaded from ``folder`` once trained there."""
+def _train_with_extractor(
+    recipe: LearnedRecipe,
+    seed: int,
+    folder: Path,
+    part: str,
+    fresh: Callable[[Any], Any],
+    saved: Callable[[Path], Any],
+    train: Callable[..., list[dict[str, Any]]],
+) -> dict[str, Any]:
+    """One seed of a marking module trained jointly with its extractor over random keys (WOUAF-like, and
+    MOLM on the same training), saved in ``folder`` (``part`` and ``extractor``) and loaded from there
+    once trained. ``fresh(vae)``: the untrained module; ``saved(path)``: a trained one; ``train``: its
+    training (:func:`~mlcore.watermark.learned_baselines.train_modulation` or ``train_markers``)."""
     import torch
 
     from mlcore.watermark.extractor import load_extractor
     from mlcore.watermark.generator import Generator, load_vae
-    from mlcore.watermark.learned_baselines import KeyModulation, tile_accuracy, train_modulation
+    from mlcore.watermark.learned_baselines import tile_accuracy
     from mlcore.watermark.pipeline import Bundle
     from mlcore.watermark.residual_train import marked_fields
 
     torch.set_num_threads(1)
     vae = load_vae(ZOO_FOLDER)
     summary_path = folder / "training.json"
-    if (folder / "modulation" / "config.json").is_file() and (folder / "extractor" / "config.json").is_file():
-        modulation = KeyModulation.from_pretrained(folder / "modulation").eval().requires_grad_(False)
+    if (folder / part / "config.json").is_file() and (folder / "extractor" / "config.json").is_file():
+        module = saved(folder / part).eval().requires_grad_(False)
         extractor = load_extractor(folder / "extractor")
         summary = json.loads(summary_path.read_text())
     else:
         pool, held = _pools(recipe, vae)
         torch.manual_seed(seed)
-        modulation = KeyModulation.for_vae(vae, num_bits=48, init_scale=recipe.wouaf_init, linear_mapping=True)
-        modulation.attach(vae)
-        # MOLM's residual rows start from molm-tiny's extractor; so does WOUAF's (its paper starts the
+        module = fresh(vae)
+        module.attach(vae)
+        # MOLM's residual rows start from molm-tiny's extractor; so do these (WOUAF's paper starts the
         # fingerprint decoder from a pre-trained ResNet-50).
         extractor = load_extractor(ZOO_FOLDER / "extractor")
         began = time.process_time()
         config = replace(recipe.wouaf, seed=seed)
-        rows = train_modulation(vae, modulation, extractor, pool, config, log=_log_to(folder / "log.jsonl"))
+        rows = train(vae, module, extractor, pool, config, log=_log_to(folder / "log.jsonl"))
         held_keys = torch.randint(0, 2, (len(held), 48), generator=torch.Generator().manual_seed(seed + 5)).float()
         seconds = time.process_time() - began  # training alone, before the held-out read
         held_out = tile_accuracy(
-            lambda i, k: marked_fields(vae, modulation, held, i, k, 32), extractor, held, held_keys, psnr=config.psnr
+            lambda i, k: marked_fields(vae, module, held, i, k, 32), extractor, held, held_keys, psnr=config.psnr
         )
         summary = _training_summary(config.steps, seconds, rows, held_out)
-        modulation.save_pretrained(folder / "modulation")
+        module.save_pretrained(folder / part)
         extractor.save_pretrained(folder / "extractor")
         summary_path.write_text(json.dumps(summary, indent=1))
-    modulation.requires_grad_(False).eval()
-    modulation.attach(vae)
-    bundle = Bundle(generator=Generator(vae=vae), markers=modulation, extractor=extractor)  # type: ignore[arg-type]
+    module.requires_grad_(False).eval()
+    module.attach(vae)
+    bundle = Bundle(generator=Generator(vae=vae), markers=module, extractor=extractor)  # type: ignore[arg-type]
     return {"bundle": bundle, "keys": None, "training": summary}
 
 
+def train_wouaf(recipe: LearnedRecipe, seed: int, folder: Path) -> dict[str, Any]:
+    """One seed of the WOUAF-like baseline: a linear key mapping and per-convolution affines."""
+    from mlcore.watermark.learned_baselines import KeyModulation, train_modulation
+
+    return _train_with_extractor(
+        recipe,
+        seed,
+        folder,
+        "modulation",
+        lambda vae: KeyModulation.for_vae(vae, num_bits=48, init_scale=recipe.wouaf_init, linear_mapping=True),
+        KeyModulation.from_pretrained,
+        train_modulation,
+    )
+
+
+def train_molm(recipe: LearnedRecipe, seed: int, folder: Path) -> dict[str, Any]:
+    """One seed of MOLM's own markers (molm-tiny's adapters without the bias shift) on WOUAF-like's training."""
+    import torch
+
+    from mlcore.watermark.learned_baselines import train_markers
+    from mlcore.watermark.markers import Markers
+
+    def fresh(vae: Any) -> Any:
+        return Markers.from_pretrained(ZOO_FOLDER / "markers", torch_dtype=torch.float32).without_shift()
+
+    return _train_with_extractor(recipe, seed, folder, "markers", fresh, Markers.from_pretrained, train_markers)
+
+
 def learned_baselines(tier: str) -> dict[str, list[dict[str, Any]]]:
-    """Every seed of both learned baselines for ``tier``, trained now or loaded from ``BASELINE_WORK``."""
+    """Every seed of both learned baselines, and of MOLM on WOUAF-like's training, for ``tier``, trained now
+    or loaded from ``BASELINE_WORK``."""
     recipe = LEARNED[tier]
     work = BASELINE_WORK / f"{tier}-{recipe.stamp()}"
     return {
         SS_LABEL: [{"seed": s, **train_stable_signature(recipe, s, work / f"ss-seed{s}")} for s in recipe.seeds],
         WOUAF_LABEL: [{"seed": s, **train_wouaf(recipe, s, work / f"wouaf-seed{s}")} for s in recipe.seeds],
+        MOLM_LABEL: [{"seed": s, **train_molm(recipe, s, work / f"molm-seed{s}")} for s in recipe.seeds],
     }
 
 
@@ -836,7 +883,7 @@ def run(tier: str, results: Path) -> None:
     lines += forgery_table(forgeries)
     skipped = [label for label, method in IMWATERMARK.items() if settings["iw_forge_targets"].get(method) == 0]
     if not settings["learned_forgery"]:
-        skipped = [SS_LABEL.split(" (")[0], WOUAF_LABEL.split(" (")[0], *skipped]
+        skipped = [*(label.split(" (")[0] for label in LEARNED_LABELS), *skipped]
     if skipped:
         lines += [
             "",
@@ -914,21 +961,24 @@ def learned_section(rows: dict[str, dict[str, Any]], training: dict[str, Any], r
         "",
         "## Learned baselines, seed by seed",
         "",
-        "Both are marked decoders in MOLM's residual embed path (`mlcore/watermark/learned_baselines.py`), trained "
+        "All are marked decoders in MOLM's residual embed path (`mlcore/watermark/learned_baselines.py`), trained "
         "on residual-marked 2 × 2-tile patches of the training photos under the attack mix of MOLM's residual "
         f"training, {ft.patches} patches a step, the mark annealed to {ft.psnr:.0f} dB. Stable-Signature-like: the "
         "pre-trained extractor (molm-tiny's) frozen, one copy of the decoder fine-tuned per key, "
         f"{recipe.ss_keys} key{'s' if recipe.ss_keys > 1 else ''} per seed ({ft.steps} steps each, from "
         f"{ft.psnr_start:.0f} dB; the seed's crops are marked by its keys in turn). WOUAF-like: a linear key "
         f"mapping and per-convolution affines trained with the extractor (from molm-tiny's) over random keys, "
-        f"{wo.steps} steps from {wo.psnr_start:.0f} dB. Seeds {', '.join(map(str, recipe.seeds))}; each seed marks "
+        f"{wo.steps} steps from {wo.psnr_start:.0f} dB. MOLM on the baselines' training: molm-tiny's key-routed "
+        "adapters without the bias shift and its extractor, trained exactly as WOUAF-like is (same loss, steps, "
+        "patches and attacks; `train_markers`), so that row compares the three at equal training. Seeds "
+        f"{', '.join(map(str, recipe.seeds))}; each seed marks "
         f"one in {len(recipe.seeds)} of the table's crops. Held-out: the tiles of {recipe.held_patches} patches of "
         f"held-out photos at {ft.psnr:.0f} dB, per tile (no vote).",
         "",
         "| baseline, seed | n | bits clean | bits JPEG-75 | bits resize 0.5 | unmarked vs random key |",
         "|---|---|---|---|---|---|",
     ]
-    for label in (SS_LABEL, WOUAF_LABEL):
+    for label in LEARNED_LABELS:
         for seed, r in rows.get(label, {}).get("by_seed", {}).items():
             lines.append(
                 f"| {label.split(' (')[0]}, seed {seed} | {r['n']} | {r['bits_none']:.3f} | {r['bits_jpeg-75']:.3f} | "
@@ -952,8 +1002,9 @@ def learned_section(rows: dict[str, dict[str, Any]], training: dict[str, Any], r
                 f"{k['last']['train_bits']:.3f} | {held(k['held_out'])} |"
             )
         if "keys" not in t:
+            trained = "markers" if name.startswith(MOLM_LABEL) else "mapping"
             lines.append(
-                f"| {short}: mapping + extractor | {t['steps']} | {t['cpu_seconds']:.0f} | "
+                f"| {short}: {trained} + extractor | {t['steps']} | {t['cpu_seconds']:.0f} | "
                 f"{t['last']['train_bits']:.3f} | {held(t['held_out'])} |"
             )
     return lines

@@ -491,6 +491,37 @@ def train_modulation(
     )
 
 
+def train_markers(
+    vae: nn.Module,
+    markers: nn.Module,
+    extractor: Extractor,
+    pool: PatchPool,
+    config: BaselineTrainConfig,
+    *,
+    log: Log | None = None,
+) -> list[dict[str, Any]]:
+    """MOLM itself on this harness: its key-routed adapters (:class:`~mlcore.watermark.markers.Markers`,
+    no bias shift, attached to ``vae``) and ``extractor`` trained jointly over random keys exactly as
+    :func:`train_modulation` trains WOUAF's mapping — same loss, schedule, attacks and patches — so a
+    comparison with the baselines is at equal training. (:func:`~mlcore.watermark.residual_train.
+    train_jointly`, the ``molm-residual`` recipe, adds MOLM's null and forgery terms and a longer budget.)"""
+    if getattr(markers, "has_shift", False):
+        raise ValueError("train MOLM's markers without the bias shift (markers.without_shift())")
+    tile = extractor.image_size
+    markers.requires_grad_(True)
+    return train_on_residuals(
+        lambda index, keys: marked_fields(vae, markers, pool, index, keys, tile),  # type: ignore[arg-type]
+        random_keys(markers.num_bits),  # type: ignore[arg-type]
+        list(markers.parameters()),
+        extractor,
+        pool,
+        config,
+        train_extractor=True,
+        modules=[markers],
+        log=log,
+    )
+
+
 @torch.no_grad()
 def tile_accuracy(
     fields_of: Fields, extractor: Extractor, held: PatchPool, keys: torch.Tensor, *, psnr: float

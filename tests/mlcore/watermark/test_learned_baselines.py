@@ -16,8 +16,9 @@ from mlcore.watermark.learned_baselines import (
     finetune_decoder,
     key_string,
     tile_accuracy,
+    train_markers,
 )
-from mlcore.watermark.markers import routed_convolutions
+from mlcore.watermark.markers import Markers, routed_convolutions
 from mlcore.watermark.residual_train import marked_fields, patch_pool, patch_side
 from tests.mlcore.watermark.tiny import tiny_vae
 
@@ -121,12 +122,7 @@ def test_keyed_decoders_round_trip_through_their_folder(tmp_path):
 def test_a_fine_tuned_decoder_s_marks_read_above_chance_after_a_few_steps():
     torch.set_num_threads(1)
     vae = tiny_vae()
-    side = patch_side(16)
-    g = torch.Generator().manual_seed(0)
-    # Smooth random images: a few low-frequency colour fields, closer to photos than white noise.
-    photos = F.interpolate(torch.rand(12, 3, 4, 4, generator=g) * 2 - 1, size=(side, side), mode="bilinear")
-    pool = patch_pool(vae, photos[:8], 16)
-    held = patch_pool(vae, photos[8:], 16)
+    pool, held = _smooth_pools(vae)
     torch.manual_seed(1)
     # A fixed extractor (Stable Signature's is pre-trained, then frozen): here a random matched filter.
     extractor = Extractor(num_bits=16, image_size=16, channels=(8, 8), head_channels=4, hidden=16, linear_readout=True)
@@ -145,6 +141,46 @@ def test_a_fine_tuned_decoder_s_marks_read_above_chance_after_a_few_steps():
     assert rows[-1]["train_bits"] > 0.75 and accuracy["tile_none"] > 0.75
     # The extractor is frozen: Stable Signature fine-tunes the decoder alone.
     assert all(not p.requires_grad for p in extractor.parameters())
+
+
+def _smooth_pools(vae, tile: int = 16):
+    """Training and held-out patches of smooth random images (low-frequency colour fields, closer to photos)."""
+    side = patch_side(tile)
+    g = torch.Generator().manual_seed(0)
+    photos = F.interpolate(torch.rand(12, 3, 4, 4, generator=g) * 2 - 1, size=(side, side), mode="bilinear")
+    return patch_pool(vae, photos[:8], tile), patch_pool(vae, photos[8:], tile)
+
+
+def test_molm_markers_train_with_their_extractor_on_the_baselines_harness_and_read_above_chance():
+    torch.set_num_threads(1)
+    vae = tiny_vae()
+    pool, held = _smooth_pools(vae)
+    torch.manual_seed(2)
+    markers = Markers.for_vae(vae, num_adapters=16, init_scale=0.5, bitwise_init=True)
+    markers.attach(vae)
+    extractor = Extractor(num_bits=48, image_size=16, channels=(8, 8), head_channels=4, hidden=16, linear_readout=True)
+    before = [p.detach().clone() for p in (*markers.parameters(), *extractor.parameters())]
+    torch.nn.init.normal_(extractor.readout.weight, std=0.05)
+    config = BaselineTrainConfig(
+        steps=100, patches=4, lr=1e-2, lr_extractor=1e-2, psnr=24.0, psnr_start=24.0, warmup=0, attacks=False,
+        log_every=50,
+    )  # fmt: skip
+    rows = train_markers(vae, markers, extractor, pool, config)
+    keys = torch.randint(0, 2, (len(held), 48), generator=torch.Generator().manual_seed(3)).float()
+    accuracy = tile_accuracy(lambda i, k: marked_fields(vae, markers, held, i, k, 16), extractor, held, keys, psnr=24.0)
+    # 768 held-out bits: 0.55 is ~3 standard errors above chance (a random tiny VAE learns slowly).
+    assert rows[-1]["step"] == 100 and accuracy["tile_none"] > 0.55
+    after = [*markers.parameters(), *extractor.parameters()]
+    assert sum(not torch.equal(a, b) for a, b in zip(before, after, strict=True)) == len(before)  # both sides train
+
+
+def test_molm_markers_with_the_bias_shift_are_refused_by_the_baselines_harness():
+    vae = tiny_vae()
+    pool, _ = _smooth_pools(vae)
+    markers = Markers.for_vae(vae, num_adapters=16, init_scale=0.5, shift_scale=0.5)
+    extractor = Extractor(num_bits=48, image_size=16, channels=(8, 8), head_channels=4, hidden=16)
+    with pytest.raises(ValueError, match="without the bias shift"):
+        train_markers(vae, markers, extractor, pool, BaselineTrainConfig(steps=1))
 
 
 def test_a_modulated_bundle_marks_a_photo_through_the_embed_path():
