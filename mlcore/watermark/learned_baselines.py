@@ -88,9 +88,10 @@ from mlcore.watermark.embed import MAX_STRENGTH
 from mlcore.watermark.extractor import Extractor
 from mlcore.watermark.markers import key_rows, routed_convolutions
 from mlcore.watermark.quality import ssim
-from mlcore.watermark.residual_attacks import ATTACK_MIX, jpeg_real, quantise, random_attacks, rescale
+from mlcore.watermark.residual_attacks import jpeg_real, quantise, random_attacks, rescale
 from mlcore.watermark.residual_train import (
     TILES_PER_SIDE,
+    MarkSchedule,
     PatchPool,
     cut_tiles,
     marked_fields,
@@ -304,7 +305,7 @@ class KeyModulation(ModelMixin, ConfigMixin):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BaselineTrainConfig:
+class BaselineTrainConfig(MarkSchedule):
     steps: int = 400
     patches: int = 8  # patches per step, 2 × 2 tiles each
     lr: float = 1e-3  # the marking side (a fine-tuned decoder, or the mapping and affines)
@@ -319,21 +320,6 @@ class BaselineTrainConfig:
     attacks: bool = True  # False: the marked patches are only rounded to 8 bits (tests)
     seed: int = 0
     log_every: int = 50
-
-    def ramp(self, step: int) -> float:
-        return min(1.0, step / max(1.0, self.ramp_fraction * self.steps))
-
-    def psnr_at(self, step: int) -> float:
-        return self.psnr_start + (self.psnr - self.psnr_start) * self.ramp(step)
-
-    def attack_mix(self, step: int) -> dict[str, float]:
-        if not self.attack_ramp:
-            return ATTACK_MIX
-        return {**ATTACK_MIX, "none": ATTACK_MIX["none"] + 2.2 * (1 - self.ramp(step))}
-
-    def lr_factor(self, step: int) -> float:
-        warm = min(1.0, step / max(1, self.warmup))
-        return warm * (0.55 + 0.45 * math.cos(math.pi * min(1.0, step / self.steps)))
 
 
 def rms(x: torch.Tensor) -> torch.Tensor:

@@ -207,8 +207,38 @@ def rms(x: torch.Tensor) -> torch.Tensor:
     return x.pow(2).mean().sqrt()
 
 
+class MarkSchedule:
+    """The schedule every embed-path training shares (this module's and the learned baselines'): the
+    mark annealed from ``psnr_start`` to ``psnr`` over ``ramp_fraction`` of the steps, the attacks
+    ramped in alongside (``attack_ramp``), a linear warm-up and a cosine decay to 0.55 of the rate.
+    A mixin for the frozen configs below, which hold these fields."""
+
+    steps: int
+    warmup: int
+    psnr: float
+    psnr_start: float
+    ramp_fraction: float
+    attack_ramp: bool
+
+    def ramp(self, step: int) -> float:
+        return min(1.0, step / max(1.0, self.ramp_fraction * self.steps))
+
+    def psnr_at(self, step: int) -> float:
+        return self.psnr_start + (self.psnr - self.psnr_start) * self.ramp(step)
+
+    def attack_mix(self, step: int) -> dict[str, float]:
+        """The attack mix at ``step``: with ``attack_ramp``, 'none' starts three times likelier than all else."""
+        if not self.attack_ramp:
+            return ATTACK_MIX
+        return {**ATTACK_MIX, "none": ATTACK_MIX["none"] + 2.2 * (1 - self.ramp(step))}
+
+    def lr_factor(self, step: int) -> float:
+        warm = min(1.0, step / max(1, self.warmup))
+        return warm * (0.55 + 0.45 * math.cos(math.pi * min(1.0, step / self.steps)))
+
+
 @dataclass(frozen=True, kw_only=True)
-class ResidualTrainConfig:
+class ResidualTrainConfig(MarkSchedule):
     steps: int = 3000
     patches: int = 8  # marked patches per step (× 4 tiles); the first ``forge_group`` share one key
     forge_group: int = 4
@@ -234,31 +264,15 @@ class ResidualTrainConfig:
     checkpoint_every: int = 50
     seed: int = 0
 
-    def ramp(self, step: int) -> float:
-        return min(1.0, step / max(1.0, self.ramp_fraction * self.steps))
-
-    def psnr_at(self, step: int) -> float:
-        return self.psnr_start + (self.psnr - self.psnr_start) * self.ramp(step)
-
     def forged_weight_at(self, step: int) -> float:
         t = (step / self.steps - self.forge_start) / self.forge_ramp if self.forge_ramp > 0 else 1.0
         return self.forged_weight * min(1.0, max(0.0, t)) if step / self.steps >= self.forge_start else 0.0
-
-    def attack_mix(self, step: int) -> dict[str, float]:
-        """The attack mix at ``step``: with ``attack_ramp``, 'none' starts three times likelier than all else."""
-        if not self.attack_ramp:
-            return ATTACK_MIX
-        return {**ATTACK_MIX, "none": ATTACK_MIX["none"] + 2.2 * (1 - self.ramp(step))}
 
     def random_share(self, step: int) -> float:
         """The share of tiles read (and forged marks shifted) at a random phase; the rest on the mark's grid."""
         if self.phase_ramp <= 0:
             return 1.0
         return min(1.0, step / max(1.0, self.phase_ramp * self.steps))
-
-    def lr_factor(self, step: int) -> float:
-        warm = min(1.0, step / max(1, self.warmup))
-        return warm * (0.55 + 0.45 * math.cos(math.pi * min(1.0, step / self.steps)))
 
 
 def step_randomness(seed: int, step: int) -> tuple[torch.Generator, np.random.Generator]:
