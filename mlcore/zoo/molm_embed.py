@@ -200,20 +200,19 @@ def export(
 
     readback = cached_readback(workdir, measure, log)
 
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(base, target, ignore=shutil.ignore_patterns("manifest.json", "extractor"))
-    bundle.extractor.to("cpu").to(torch.float16).save_pretrained(target / "extractor")
-    bundle.extractor.to(torch.float32)
-    card = json.loads((target / "card.json").read_text())
-    card["embed_training"] = {
-        "recipe": recipe.describe(),
-        "command": COMMAND,
-        "held_out_tiles": history[-1] if history else None,
-        "photo_readback": readback,
-    }
-    (target / "card.json").write_text(json.dumps(card, indent=1))
-    shutil.copy2(workdir / "train_log.jsonl", target / "embed_train_log.jsonl")
+    def save_extractor(folder: Path) -> None:
+        bundle.extractor.to("cpu").to(torch.float16).save_pretrained(folder)
+        bundle.extractor.to(torch.float32)
+
+    def with_training(card: dict[str, Any]) -> dict[str, Any]:
+        card["embed_training"] = {
+            "recipe": recipe.describe(),
+            "command": COMMAND,
+            "held_out_tiles": history[-1] if history else None,
+            "photo_readback": readback,
+        }
+        return card
+
     curve = "\n".join(
         "| {step} | {loss:.3f} | {tile_bit_accuracy:.3f} | {tile_bit_accuracy_jpeg75:.3f} |".format(**row)
         for row in history
@@ -222,7 +221,7 @@ def export(
         f"| {name} | " + " | ".join(f"{by[a]:.3f}" for a in ("none", "jpeg-75", "resize-0.5")) + " |"
         for name, by in readback["bit_accuracy"].items()
     )
-    (target / "RECIPE.md").write_text(
+    recipe_md = (
         f"# {NAME}\n\nmolm-tiny's markers, VAE and latent model unchanged; the extractor fine-tuned on "
         "residual-marked photo tiles (what `watermark-embed` writes), with JPEG, rescale and noise "
         f"distortions and a share of whole marked decodes.\n\nReproduce with:\n\n    {COMMAND}\n\n"
@@ -234,7 +233,44 @@ def export(
         f"| extractor | clean | JPEG-75 | resize 0.5 |\n|---|---|---|---|\n{reads}\n\n"
         f"```json\n{json.dumps(recipe.describe(), indent=1)}\n```\n"
     )
-    return write_manifest(target, NAME, COMMAND, log)
+    return write_export(
+        base,
+        target,
+        models={"extractor": save_extractor},
+        card=with_training,
+        train_log=(workdir / "train_log.jsonl", "embed_train_log.jsonl"),
+        recipe_md=recipe_md,
+        name=NAME,
+        command=COMMAND,
+        log=log,
+    )
+
+
+def write_export(
+    base: Path,
+    target: Path,
+    *,
+    models: dict[str, Callable[[Path], None]],
+    card: Callable[[dict[str, Any]], dict[str, Any]],
+    train_log: tuple[Path, str],
+    recipe_md: str,
+    name: str,
+    command: str,
+    log: Any,
+) -> Path:
+    """A recipe's export into ``target`` (replaced): the ``base`` markers folder with each of ``models``'
+    sub-folders written by its saver, ``card.json`` passed through ``card``, the training log copied
+    under its name, ``RECIPE.md`` and a fresh ``manifest.json``."""
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(base, target, ignore=shutil.ignore_patterns("manifest.json", *models))
+    for part, save in models.items():
+        save(target / part)
+    card_path = target / "card.json"
+    card_path.write_text(json.dumps(card(json.loads(card_path.read_text())), indent=1))
+    shutil.copy2(train_log[0], target / train_log[1])
+    (target / "RECIPE.md").write_text(recipe_md)
+    return write_manifest(target, name, command, log)
 
 
 def cached_readback(

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -66,7 +65,7 @@ from mlcore.zoo.molm_embed import (
     _logger,
     _save_atomic,
     cached_readback,
-    write_manifest,
+    write_export,
 )
 
 NAME = "molm-residual"
@@ -350,28 +349,35 @@ def export(
     name = f"readback-{recipe.grid_offset}.json" if recipe.grid_offset else "readback.json"
     readback = cached_readback(workdir, measure, log, name=name)
 
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(base, target, ignore=shutil.ignore_patterns("manifest.json", "markers", "extractor"))
-    bundle.markers.to("cpu").save_pretrained(target / "markers")
-    bundle.extractor.to("cpu").save_pretrained(target / "extractor")
-    card = json.loads((target / "card.json").read_text())
-    card["training"] = {
-        **card.get("training", {}),
-        "shift_scale": 0.0,
-        "linear_readout": bundle.extractor.readout is not None,
-        "embed_grid_offset": recipe.grid_offset or "fixed",
-    }
-    card["residual_training"] = {
-        "recipe": recipe.describe(),
-        "command": COMMAND,
-        "held_out_patches": history[-1] if history else None,
-        "photo_readback": readback,
-    }
-    (target / "card.json").write_text(json.dumps(card, indent=1))
-    shutil.copy2(workdir / "train_log.jsonl", target / "residual_train_log.jsonl")
-    (target / "RECIPE.md").write_text(recipe_markdown(recipe, history, readback))
-    return write_manifest(target, NAME, COMMAND, log)
+    def with_training(card: dict[str, Any]) -> dict[str, Any]:
+        card["training"] = {
+            **card.get("training", {}),
+            "shift_scale": 0.0,
+            "linear_readout": bundle.extractor.readout is not None,
+            "embed_grid_offset": recipe.grid_offset or "fixed",
+        }
+        card["residual_training"] = {
+            "recipe": recipe.describe(),
+            "command": COMMAND,
+            "held_out_patches": history[-1] if history else None,
+            "photo_readback": readback,
+        }
+        return card
+
+    return write_export(
+        base,
+        target,
+        models={
+            "markers": lambda folder: bundle.markers.to("cpu").save_pretrained(folder),
+            "extractor": lambda folder: bundle.extractor.to("cpu").save_pretrained(folder),
+        },
+        card=with_training,
+        train_log=(workdir / "train_log.jsonl", "residual_train_log.jsonl"),
+        recipe_md=recipe_markdown(recipe, history, readback),
+        name=NAME,
+        command=COMMAND,
+        log=log,
+    )
 
 
 def recipe_markdown(recipe: ResidualRecipe, history: list[dict[str, Any]], readback: dict[str, Any]) -> str:
