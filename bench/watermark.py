@@ -410,13 +410,52 @@ def report_from_cache(results: Path) -> None:
         raise RuntimeError("the full tier is not completely cached: run `python -m bench watermark --tier full`")
     previous = json.loads((results / "watermark.json").read_text())
     old = (results / "watermark.md").read_text()
-    latency_md = None
-    if "## Verification latency" in old:
-        latency_md = old[old.index("## Verification latency") :].split("\n\nTotal benchmark time")[0]
+    latency_md = latency_section(old)
     pooled = _pooled(suites)
     markdown = _markdown("full", spec, previous["card"], suites, pooled, curve, operating, latency_md)
     data = {**previous, "pooled": pooled, "suites": suites, "lambda_curve": curve, "operating_point": operating}
     _write(results, markdown, data, suites)
+
+
+def latency_section(markdown: str) -> str | None:
+    """The "## Verification latency" section of a written report, up to the next section or the run's
+    total time (the sections after it are recomputed: keeping them would repeat them)."""
+    if "## Verification latency" not in markdown:
+        return None
+    section = markdown[markdown.index("## Verification latency") :]
+    ends = [
+        i for i in (section.find("\n## ", 1), section.find("\n\nTotal benchmark time"), section.find("\n_Written "))
+    ]
+    return section[: min((i for i in ends if i >= 0), default=len(section))].rstrip()
+
+
+def embed_section(results: Path) -> list[str]:
+    """The embed path's tables on photos at their own size (``python -m bench watermark-embed``), as that
+    study last wrote them in ``results``: its main section and its forgery table, a heading level down
+    (issue #23 asks for them in this report)."""
+    path, data = results / "watermark-embed.md", results / "watermark-embed.json"
+    if not path.is_file():
+        return []
+    kept: list[str] = []
+    keep = False
+    for line in path.read_text().splitlines():
+        if line.startswith("# "):  # the study's title: the heading below stands for it
+            keep = True
+            continue
+        if line.startswith("## "):
+            keep = line == "## Forgery by averaging"
+            line = "#" + line
+        if keep and not line.startswith("_Written "):
+            kept.append(line)
+    written = json.loads(data.read_text()).get("written_at", "?") if data.is_file() else "?"
+    return [
+        "",
+        "## Watermarking the user's own photos (issue #23)",
+        "",
+        f"Copied from bench/results/watermark-embed.md (`python -m bench watermark-embed --tier full`, written "
+        f"{written}), which also has each learned method seed by seed.",
+        *kept,
+    ]
 
 
 def _write(results: Path, markdown: str, data: dict[str, Any], suites: list[dict[str, Any]]) -> None:
@@ -428,6 +467,9 @@ def _write(results: Path, markdown: str, data: dict[str, Any], suites: list[dict
         "\n\nPairs: the seeds' suites (new keys and latents each) against the paper's level less the tolerance; "
         "no ceiling applies to a level claim, so the headroom column is empty."
     )
+    embed = embed_section(results)
+    if embed:
+        markdown += "\n" + "\n".join(embed)
     data = {**data, "verdicts": rule.as_json(found)}
     results.mkdir(parents=True, exist_ok=True)
     write_results(results, "watermark", markdown, data)

@@ -34,3 +34,28 @@ def test_the_benchmark_writes_targets_the_lambda_curve_attacks_and_calibration(t
     assert {("MOLM", "jpeg-50"), ("DWT-DCT", "jpeg-50"), ("MOLM", "forge-5"), ("MOLM", "query-nes")} <= methods
     assert all(r["seeds"] == 2 for r in data["pooled"] if r["attack"] == "jpeg-50")
     assert len(data["suites"]) == 2
+
+
+def test_a_rebuilt_report_keeps_the_latency_section_but_not_the_sections_computed_after_it():
+    written = (
+        "# MOLM\n\n## Verification latency (CPU)\n\n| a | b |\n\nTotal benchmark time: 9 s.\n\n"
+        "## Verdicts on the paper's levels\n\n| claim |\n\n_Written 2026 on here._\n"
+    )
+    assert bench.latency_section(written) == "## Verification latency (CPU)\n\n| a | b |"
+    # A report rebuilt before (no total time) ends its latency section at the next heading all the same.
+    rebuilt = written.replace("\n\nTotal benchmark time: 9 s.", "")
+    assert bench.latency_section(rebuilt) == "## Verification latency (CPU)\n\n| a | b |"
+    assert bench.latency_section("# MOLM\n") is None
+
+
+def test_the_report_repeats_the_embed_studys_main_and_forgery_tables_when_it_has_run(tmp_path):
+    assert bench.embed_section(tmp_path) == []
+    (tmp_path / "watermark-embed.md").write_text(
+        "# Watermark embed\n\nintro\n\n| method | bits |\n| MOLM | 0.7 |\n\n## Learned baselines, seed by seed\n\n"
+        "| seed 0 |\n\n## Forgery by averaging\n\n| forged |\n\n_Written 2026 on here._\n"
+    )
+    (tmp_path / "watermark-embed.json").write_text(json.dumps({"written_at": "2026-12-05"}))
+    text = "\n".join(bench.embed_section(tmp_path))
+    assert "## Watermarking the user's own photos (issue #23)" in text and "written 2026-12-05" in text
+    assert "| MOLM | 0.7 |" in text and "### Forgery by averaging\n\n| forged |" in text
+    assert "seed 0" not in text and "_Written" not in text and "# Watermark embed" not in text
