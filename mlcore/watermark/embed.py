@@ -44,8 +44,10 @@ trained on tiles cut at random phases to the mark's tiling (:mod:`mlcore.waterma
 ``random_offset``), whose vote :func:`read_logits` takes over the tiles of several phases of its
 own grid (:data:`READ_PHASES` per axis). The option's other value, ``"random-search"``, is for an
 extractor trained on the mark's own tiling, which needs the phase: the reader searches for it
-(:func:`search_phase`: the phase whose vote is the most confident, on a few tiles near the
-centre) and votes over the grid at that phase. The phase is hidden only from a forger who averages
+(:func:`find_phase`: the phase whose vote is the most confident — over every phase at once through
+the extractor's linear template read-out, :func:`template_phase`, or for an extractor without one
+on a coarse-to-fine lattice of the tiles near the centre, :func:`search_phase`) and votes over the
+grid at that phase. The phase is hidden only from a forger who averages
 as he finds the photos: one who holds the originals sees each residual's tile-periodic part, can
 line the phases up first, and averages a fixed-grid mark again.
 """
@@ -298,7 +300,7 @@ def read_logits(extractor: Extractor, image: torch.Tensor) -> torch.Tensor:
     if mode == "random":
         tiles = _tiles_at(work, grid, reading_origins(grid))
     elif mode == "random-search":
-        tiles = _tiles_at(work, grid, grid.origins(search_phase(extractor, work, grid)))
+        tiles = _tiles_at(work, grid, grid.origins(find_phase(extractor, work, grid)))
     else:
         tiles = _tiles_at(work, grid, grid.origins())
     return _mean_logits(extractor, tiles) - tile_bias(extractor)
@@ -354,6 +356,50 @@ def search_phase(extractor: Extractor, work: torch.Tensor, grid: Grid) -> tuple[
     coarse = best([(py, px) for py in range(0, stride, SEARCH_STEP) for px in range(0, stride, SEARCH_STEP)])
     reach = range(-(SEARCH_STEP // 2), SEARCH_STEP // 2 + 1)
     return best(sorted({((coarse[0] + a) % stride, (coarse[1] + b) % stride) for a in reach for b in reach}))
+
+
+@torch.no_grad()
+def template_votes(extractor: Extractor, work: torch.Tensor, grid: Grid) -> torch.Tensor:
+    """(stride, stride, M): for every phase (dy, dx) of the grid, the vote of the extractor's linear
+    read-out (its matched filter, ``extractor.readout``) over the tiles of the grid at that phase.
+
+    The read-out of a tile at (y, x) is ⟨W_b, h(tile)⟩ per bit b, h the high-pass x − blur(x): over all
+    corners at once that is the cross-correlation of h(work) with each bit's template, one FFT per
+    channel and template instead of one extractor pass per tile and phase. The high-pass is taken on
+    the whole working image, so a tile's outermost ring of pixels sees its neighbours where the
+    extractor, reading the tile alone, does not (a difference on 1/8 of a 32-pixel tile's pixels).
+    """
+    if extractor.readout is None:
+        raise ValueError("the template phase search needs an extractor with a linear read-out")
+    tile, stride = grid.tile, grid.stride
+    x = work[0].float().cpu()
+    detail = x - F.avg_pool2d(x[None], 3, stride=1, padding=1, count_include_pad=False)[0]
+    height, width = detail.shape[-2:]
+    templates = extractor.readout.weight.detach().float().cpu().reshape(-1, 3, tile, tile)
+    spectrum = torch.fft.rfft2(detail)[None] * torch.fft.rfft2(templates, s=(height, width)).conj()
+    # Circular cross-correlation; corners up to (height − tile, width − tile) never wrap.
+    scores = torch.fft.irfft2(spectrum.sum(1), s=(height, width))[:, : height - tile + 1, : width - tile + 1]
+    return torch.stack(
+        [torch.stack([scores[:, dy::stride, dx::stride].mean((1, 2)) for dx in range(stride)]) for dy in range(stride)]
+    )
+
+
+def template_phase(extractor: Extractor, work: torch.Tensor, grid: Grid) -> tuple[int, int]:
+    """The phase whose template vote (:func:`template_votes`) is the most confident: the mean |vote| over
+    the bits, each bit's vote centred on its mean over all phases (what the content gives every phase)."""
+    votes = template_votes(extractor, work, grid)
+    stride = votes.shape[0]
+    confidence = (votes - votes.mean((0, 1))).abs().mean(-1)
+    best = int(confidence.argmax())
+    return best // stride, best % stride
+
+
+def find_phase(extractor: Extractor, work: torch.Tensor, grid: Grid) -> tuple[int, int]:
+    """The phase a ``"random-search"`` reader reads at: every phase through the template read-out
+    (:func:`template_phase`) where the extractor has one, else the coarse-to-fine :func:`search_phase`."""
+    if getattr(extractor, "readout", None) is not None:
+        return template_phase(extractor, work, grid)
+    return search_phase(extractor, work, grid)
 
 
 def reading_origins(grid: Grid, phases: int | None = None) -> list[tuple[int, int]]:

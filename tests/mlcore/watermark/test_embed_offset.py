@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from mlcore.watermark import embed, image_io
+from mlcore.watermark.extractor import Extractor
 from mlcore.watermark.generator import from_uint8
 from mlcore.watermark.pipeline import key_tensor, load_bundle
 from mlcore.watermark.residual_train import (
@@ -293,6 +294,49 @@ def test_the_phase_search_finds_a_secret_offset_that_a_fixed_grid_reader_misses(
     # The same reader on the fixed grid reads the mark a few pixels off its template: a weaker vote.
     fixed_reader = _TemplateReader(pattern, KEY, None)
     assert embed.read_logits(fixed_reader, x).abs().mean() < 0.7 * found.abs().mean()
+
+
+def _template_extractor(pattern: torch.Tensor, key: torch.Tensor) -> Extractor:
+    """A real extractor whose logits are its linear read-out alone, the template ±pattern per key bit."""
+    extractor = Extractor(num_bits=48, image_size=TILE, channels=(4, 4), head_channels=2, hidden=4, linear_readout=True)
+    with torch.no_grad():
+        extractor.head[-1].weight.zero_()
+        extractor.head[-1].bias.zero_()
+        extractor.readout.weight.copy_((2 * key - 1)[:, None] * pattern.flatten()[None] / 50)
+    extractor.register_to_config(**{embed.OFFSET_KEY: "random-search"})
+    return extractor.eval()
+
+
+def test_the_template_votes_of_every_phase_are_the_read_outs_of_that_phases_tiles():
+    torch.manual_seed(0)
+    extractor = Extractor(num_bits=48, image_size=TILE, channels=(4, 4), head_channels=2, hidden=4, linear_readout=True)
+    torch.nn.init.normal_(extractor.readout.weight, std=0.05)
+    grid = embed.Grid(72, 88, TILE, whole=False)
+    work = torch.rand(1, 3, grid.height, grid.width) * 2 - 1
+    votes = embed.template_votes(extractor, work, grid)
+    assert votes.shape == (STRIDE, STRIDE, 48)
+    x = work[0]
+    detail = x - torch.nn.functional.avg_pool2d(x[None], 3, stride=1, padding=1, count_include_pad=False)[0]
+    for phase in [(0, 0), (3, 5), (STRIDE - 1, STRIDE - 1)]:
+        tiles = torch.stack([detail[:, y : y + TILE, x0 : x0 + TILE] for y, x0 in grid.origins(phase)])
+        direct = (tiles.flatten(1) @ extractor.readout.weight.T + extractor.readout.bias).mean(0)
+        torch.testing.assert_close(votes[phase] + extractor.readout.bias, direct, atol=1e-5, rtol=1e-5)
+
+
+def test_a_template_reader_finds_every_secret_offset_over_all_phases_and_reads_the_key(monkeypatch):
+    pattern = _pattern_tiles(monkeypatch, seed=5)
+    extractor = _template_extractor(pattern, KEY)
+    monkeypatch.setattr(embed, "tile_bias", lambda extractor: torch.zeros(48))
+    bundle = SimpleNamespace(extractor=extractor)
+    grey = np.full((96, 96, 3), 128, np.uint8)
+    grid = embed.grid_for(96, 96, TILE)
+    for seed in range(4):
+        source = image_io.SourceImage(name="p.png", format="PNG", pixels=grey)
+        marked = embed.mark_image(bundle, source, KEY, target_psnr=30.0, offset_rng=np.random.default_rng(seed))
+        drawn = embed.draw_offset(STRIDE, np.random.default_rng(seed))
+        x = from_uint8(marked.image.pixels[None])
+        assert embed.find_phase(extractor, embed.to_working(x, grid), grid) == drawn
+        assert torch.equal((embed.read_logits(extractor, x) > 0).float(), KEY)
 
 
 def test_an_unknown_offset_option_is_refused_rather_than_read_on_the_fixed_grid():
