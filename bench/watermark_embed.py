@@ -441,6 +441,10 @@ WOUAF_LABEL = "WOUAF-like (key → per-channel modulation of the decoder's convo
 #: MOLM's markers trained exactly as WOUAF-like is: the comparison at equal training.
 MOLM_LABEL = "MOLM on the baselines' training (key-routed adapters, no shift, trained as WOUAF-like)"
 LEARNED_LABELS = (SS_LABEL, WOUAF_LABEL, MOLM_LABEL)
+#: The same markers (seed 0) with every mark at a secret phase of the tile grid, found by the template search.
+OFFSET_LABEL = "MOLM on the baselines' training, secret offset + template phase search (seed 0 only)"
+#: Seeds the secret offsets of the rows (and, + 1, of the forgery) so a rerun repeats the same marks.
+OFFSET_SEED = 99
 #: Trained baselines, cached between runs (gitignored): a rerun loads every finished training.
 BASELINE_WORK = ROOT / "var" / "bench" / "watermark-embed"
 ZOO_FOLDER = ROOT / "mlcore" / "zoo" / "checkpoints" / "molm"
@@ -656,6 +660,19 @@ def train_molm(recipe: LearnedRecipe, seed: int, folder: Path) -> dict[str, Any]
     return _train_with_extractor(recipe, seed, folder, "markers", fresh, Markers.from_pretrained, train_markers)
 
 
+def secret_phase(bundle: Any) -> Any:
+    """``bundle`` with its marks laid at a secret per-image phase of the tile grid and read by the phase
+    search (``embed.OFFSET_KEY`` = "random-search" on a copy of its extractor; the bundle is unchanged)."""
+    import copy
+    from dataclasses import replace as with_fields
+
+    from mlcore.watermark.embed import OFFSET_KEY
+
+    extractor = copy.deepcopy(bundle.extractor)
+    extractor.register_to_config(**{OFFSET_KEY: "random-search"})
+    return with_fields(bundle, extractor=extractor)
+
+
 def learned_baselines(tier: str) -> dict[str, list[dict[str, Any]]]:
     """Every seed of both learned baselines, and of MOLM on WOUAF-like's training, for ``tier``, trained now
     or loaded from ``BASELINE_WORK``."""
@@ -767,7 +784,7 @@ def run(tier: str, results: Path) -> None:
 
     settings = TIERS[tier]
     store = full_tier_cache(Store.named("watermark-embed"), tier)
-    stamp = _digest(settings, TARGET_PSNR, FORGE_NS, FORGE_SIDE, FORGE_FPR, _path_stamp())
+    run_stamp = _digest(settings, TARGET_PSNR, FORGE_NS, FORGE_SIDE, FORGE_FPR, _path_stamp())
     named = named_crops(settings["crops"])
     images = [pixels for _, pixels in named]
     held_names = {p.name for p in split_photos("test")}
@@ -776,7 +793,7 @@ def run(tier: str, results: Path) -> None:
     rows: dict[str, dict[str, Any]] = {
         label: _cached(
             store,
-            f"rows/{label}/{_folder_stamp(folder)}/{stamp}",
+            f"rows/{label}/{_folder_stamp(folder)}/{run_stamp}",
             lambda folder=folder: molm_rows(folder, images, seed=1, held=held),
         )
         for label, folder in folders.items()
@@ -787,7 +804,7 @@ def run(tier: str, results: Path) -> None:
     forgeries = {
         label: _cached(
             store,
-            f"forgery/{label}/{_folder_stamp(folder)}/{stamp}",
+            f"forgery/{label}/{_folder_stamp(folder)}/{run_stamp}",
             lambda folder=folder: forgery(folder, sources, own_clean, targets, seed=2),
         )
         for label, folder in folders.items()
@@ -800,10 +817,11 @@ def run(tier: str, results: Path) -> None:
     # reader and forgery (against the first seed: a forgery costs as much as all of a seed's rows).
     recipe = LEARNED[tier]
     training: dict[str, dict[str, Any]] = {}
-    for label, trained in learned_baselines(tier).items():
+    learned = learned_baselines(tier)
+    for label, trained in learned.items():
         by_seed = {}
         for j, t in enumerate(trained):
-            key = f"{label}/seed{t['seed']}/{recipe.stamp()}/{stamp}"
+            key = f"{label}/seed{t['seed']}/{recipe.stamp()}/{run_stamp}"
             keys = None if t["keys"] is None else [k.astype(np.float32) for k in t["keys"]]
             part, part_held = images[j :: len(trained)], held[j :: len(trained)]
             by_seed[t["seed"]] = _cached(
@@ -820,7 +838,7 @@ def run(tier: str, results: Path) -> None:
             continue
         forgeries[f"{label}, seed {first['seed']}"] = _cached(
             store,
-            f"forgery/{label}/seed{first['seed']}/{recipe.stamp()}/{stamp}",
+            f"forgery/{label}/seed{first['seed']}/{recipe.stamp()}/{run_stamp}",
             lambda first=first: bundle_forgery(
                 first["bundle"],
                 sources,
@@ -831,7 +849,29 @@ def run(tier: str, results: Path) -> None:
             ),
         )
 
-    iw_stamp = _digest(stamp, _imwatermark_version())
+    # MOLM on the baselines' training, its first seed once more with every mark at a secret phase of the
+    # tile grid, read by the template phase search: the same markers, crops, keys and forged key as its
+    # fixed-grid rows, so the two rows differ only in where the marks are laid and how they are found.
+    first = learned[MOLM_LABEL][0]
+    hidden = secret_phase(first["bundle"])
+    count = len(learned[MOLM_LABEL])
+    rows[OFFSET_LABEL] = _cached(
+        store,
+        f"rows/{OFFSET_LABEL}/seed{first['seed']}/{recipe.stamp()}/{run_stamp}",
+        lambda: embed_rows(
+            hidden, images[::count], seed=1, held=held[::count], offset_rng=np.random.default_rng(OFFSET_SEED)
+        ),
+    )
+    if settings["learned_forgery"]:
+        forgeries[f"{OFFSET_LABEL}, seed {first['seed']}"] = _cached(
+            store,
+            f"forgery/{OFFSET_LABEL}/seed{first['seed']}/{recipe.stamp()}/{run_stamp}",
+            lambda: bundle_forgery(
+                hidden, sources, own_clean, targets, seed=2, offset_rng=np.random.default_rng(OFFSET_SEED + 1)
+            ),
+        )
+
+    iw_stamp = _digest(run_stamp, _imwatermark_version())
     for label, method in IMWATERMARK.items():
         try:
             rows[label] = _cached(
@@ -984,6 +1024,13 @@ def learned_section(rows: dict[str, dict[str, Any]], training: dict[str, Any], r
                 f"| {label.split(' (')[0]}, seed {seed} | {r['n']} | {r['bits_none']:.3f} | {r['bits_jpeg-75']:.3f} | "
                 f"{r['bits_resize-0.5']:.3f} | {r['bits_unmarked_random_key']:.3f} |"
             )
+    lines += [
+        "",
+        f"*{OFFSET_LABEL.split(', ', 1)[1].split(' (')[0]}* (the main table's row of that name): seed 0 of MOLM on "
+        "the baselines' training once more, each mark laid at a fresh secret phase (dy, dx) of the tile grid and "
+        "read at the phase whose template vote is the most confident over all of them (`embed.template_phase`); "
+        "the same crops, keys and forged key as seed 0's fixed-grid rows, so the two differ only in the phase.",
+    ]
     lines += [
         "",
         "| training | steps | CPU s | train tile bits, last logged steps | held-out tile bits clean / JPEG-75 / "

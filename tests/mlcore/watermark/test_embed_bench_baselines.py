@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from bench import watermark_embed as bench
 
@@ -62,3 +63,16 @@ def test_molm_rows_not_measured_now_are_carried_over_and_say_from_when(tmp_path)
     again, _ = bench.carried_over(tmp_path, set())
     assert again["MOLM a folder only another machine has"]["carried_over"] == origin
     assert bench.carried_note(again)[1].startswith("† Carried over from the report written 2026-12-05")
+
+
+def test_the_secret_phase_copy_reads_by_search_and_leaves_the_fixed_grid_bundle_as_it_was(embed_bundle_dir):
+    from mlcore.watermark import embed
+    from mlcore.watermark.pipeline import load_bundle
+
+    fixed = load_bundle(embed_bundle_dir)
+    hidden = bench.secret_phase(fixed)
+    assert embed.offset_mode(hidden.extractor) == "random-search"
+    assert embed.offset_mode(fixed.extractor) is None
+    assert hidden.markers is fixed.markers and hidden.generator is fixed.generator
+    weights = fixed.extractor.state_dict()
+    assert all(torch.equal(v, weights[k]) for k, v in hidden.extractor.state_dict().items())
