@@ -445,6 +445,8 @@ LEARNED_LABELS = (SS_LABEL, WOUAF_LABEL, MOLM_LABEL)
 OFFSET_LABEL = "MOLM on the baselines' training, secret offset + template phase search (seed 0 only)"
 #: Seeds the secret offsets of the rows (and, + 1, of the forgery) so a rerun repeats the same marks.
 OFFSET_SEED = 99
+#: The zoo extractor's tile stride (32-pixel tiles overlapping by 8): the secret phase's range per axis.
+STRIDE = 24
 #: Trained baselines, cached between runs (gitignored): a rerun loads every finished training.
 BASELINE_WORK = ROOT / "var" / "bench" / "watermark-embed"
 ZOO_FOLDER = ROOT / "mlcore" / "zoo" / "checkpoints" / "molm"
@@ -673,6 +675,55 @@ def secret_phase(bundle: Any) -> Any:
     return with_fields(bundle, extractor=extractor)
 
 
+def phase_recovery(bundle: Any, images: list[np.ndarray], seed: int, offset_seed: int) -> dict[str, Any]:
+    """For the marks :func:`embed_rows` lays with ``offset_rng = default_rng(offset_seed)`` on the same
+    images and keys (marked again, identically): the secret phase each got, the phase the portal's
+    reader finds (:func:`~mlcore.watermark.embed.find_phase`), the one a key-aware search finds
+    (:func:`~mlcore.watermark.embed.key_phase`), and the bits of the clean file read at each."""
+    import torch
+
+    from mlcore.watermark import embed, image_io
+    from mlcore.watermark.generator import from_uint8
+
+    torch.set_num_threads(1)
+    extractor = bundle.extractor
+    rng, offsets, replay = (
+        np.random.default_rng(seed),
+        np.random.default_rng(offset_seed),
+        np.random.default_rng(offset_seed),
+    )
+    stride = extractor.image_size - embed.OVERLAP
+    out = []
+    for i, pixels in enumerate(images):
+        key = torch.from_numpy(rng.integers(0, 2, bundle.num_bits)).float()
+        rng.integers(0, 2, bundle.num_bits)  # embed_rows' draw of the null key: keep the keys in step
+        source = image_io.SourceImage(name=f"{i}.png", format="PNG", pixels=pixels)
+        marked = embed.mark_image(bundle, source, key, target_psnr=TARGET_PSNR, offset_rng=offsets)
+        drawn = embed.draw_offset(stride, replay)
+        written = image_io.read(image_io.encode(marked.image)).pixels
+        grid = embed.grid_for(*pixels.shape[:2], extractor.image_size)
+        work = embed.to_working(from_uint8(written[None]), grid)
+
+        def bits(phase: tuple[int, int], work: Any = work, grid: Any = grid, key: Any = key) -> float:
+            tiles = embed._tiles_at(work, grid, grid.origins(phase))
+            vote = embed._mean_logits(extractor, tiles) - embed.tile_bias(extractor)
+            return float(((vote > 0).float() == key).float().mean())
+
+        with torch.no_grad():
+            found, keyed = embed.find_phase(extractor, work, grid), embed.key_phase(extractor, work, grid, key)
+            out.append(
+                {
+                    "drawn": list(drawn),
+                    "found": list(found),
+                    "key_aware": list(keyed),
+                    "bits_true": bits(drawn),
+                    "bits_found": bits(found),
+                    "bits_key_aware": bits(keyed),
+                }
+            )
+    return {"images": out}
+
+
 def learned_baselines(tier: str) -> dict[str, list[dict[str, Any]]]:
     """Every seed of both learned baselines, and of MOLM on WOUAF-like's training, for ``tier``, trained now
     or loaded from ``BASELINE_WORK``."""
@@ -862,6 +913,11 @@ def run(tier: str, results: Path) -> None:
             hidden, images[::count], seed=1, held=held[::count], offset_rng=np.random.default_rng(OFFSET_SEED)
         ),
     )
+    phases = _cached(
+        store,
+        f"phases/{OFFSET_LABEL}/seed{first['seed']}/{recipe.stamp()}/{run_stamp}",
+        lambda: phase_recovery(hidden, images[::count], seed=1, offset_seed=OFFSET_SEED),
+    )
     if settings["learned_forgery"]:
         forgeries[f"{OFFSET_LABEL}, seed {first['seed']}"] = _cached(
             store,
@@ -920,6 +976,7 @@ def run(tier: str, results: Path) -> None:
     if held_lines:
         lines += ["", "On the crops of held-out photos only (photos no trained model saw):", "", *held_lines]
     lines += learned_section(rows, training, recipe)
+    lines += phase_section(phases)
     lines += forgery_table(forgeries)
     skipped = [label for label, method in IMWATERMARK.items() if settings["iw_forge_targets"].get(method) == 0]
     if not settings["learned_forgery"]:
@@ -945,6 +1002,7 @@ def run(tier: str, results: Path) -> None:
         "latency": lat,
         "learned_recipe": {"stamp": recipe.stamp(), **asdict(recipe)},
         "learned_training": training,
+        "phase_recovery": phases,
     }
     write_results(results, "watermark-embed", "\n".join(lines), data)
 
@@ -1054,6 +1112,45 @@ def learned_section(rows: dict[str, dict[str, Any]], training: dict[str, Any], r
                 f"| {short}: {trained} + extractor | {t['steps']} | {t['cpu_seconds']:.0f} | "
                 f"{t['last']['train_bits']:.3f} | {held(t['held_out'])} |"
             )
+    return lines
+
+
+def phase_section(phases: dict[str, Any]) -> list[str]:
+    """How often each reader finds the secret phase of the offset row's marks, and the bits read there."""
+    from mlcore.watermark.calibration import clopper_pearson
+
+    images = phases["images"]
+    n = len(images)
+
+    def hits(column: str, within: int = 0) -> int:
+        return sum(
+            all(min(abs(a - b), STRIDE - abs(a - b)) <= within for a, b in zip(r[column], r["drawn"], strict=True))
+            for r in images
+        )
+
+    def mean(column: str) -> str:
+        return f"{statistics.fmean(r[column] for r in images):.3f}"
+
+    lines = [
+        "",
+        "## Does the reader find the secret phase?",
+        "",
+        f"The offset row's {n} marked crops (clean PNG), each read at its true phase, at the phase the portal's "
+        "reader finds without knowing the key (`embed.find_phase`: the most confident template vote) and at the "
+        "phase a reader that knows the key finds (`embed.key_phase`: the template vote that agrees best with "
+        f"it; benchmark only, the portal's thresholds do not cover a search over phases). Phases are (dy, dx) in "
+        f"[0, {STRIDE})²; 'within 1 px' counts wrapped distances.",
+        "",
+        "| reader | found exactly [95 % CI] | within 1 px | bits at its phase |",
+        "|---|---|---|---|",
+        f"| the true phase (an oracle) | {n}/{n} | {n}/{n} | {mean('bits_true')} |",
+    ]
+    for label, column in (("portal's search, key unknown", "found"), ("key-aware search", "key_aware")):
+        exact = hits(column)
+        low, high = clopper_pearson(exact, n)
+        lines.append(
+            f"| {label} | {exact}/{n} [{low:.2f}, {high:.2f}] | {hits(column, 1)}/{n} | {mean('bits_' + column)} |"
+        )
     return lines
 
 

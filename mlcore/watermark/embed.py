@@ -394,6 +394,19 @@ def template_phase(extractor: Extractor, work: torch.Tensor, grid: Grid) -> tupl
     return best // stride, best % stride
 
 
+def key_phase(extractor: Extractor, work: torch.Tensor, grid: Grid, key: torch.Tensor) -> tuple[int, int]:
+    """The phase whose template vote agrees best with ``key`` ((M,) bits): the mean of each bit's
+    centred vote signed by the key bit. A reader that knows which key it checks for finds that key's
+    phase far more often than :func:`template_phase`, which must guess it from confidence alone —
+    but a match then maximises over every phase, so its false-positive rate is not one read's
+    binomial tail: the portal's thresholds do not cover it, and only the benchmark uses it."""
+    votes = template_votes(extractor, work, grid)
+    stride = votes.shape[0]
+    agreement = ((votes - votes.mean((0, 1))) * (2 * key.float() - 1)).mean(-1)
+    best = int(agreement.argmax())
+    return best // stride, best % stride
+
+
 def find_phase(extractor: Extractor, work: torch.Tensor, grid: Grid) -> tuple[int, int]:
     """The phase a ``"random-search"`` reader reads at: every phase through the template read-out
     (:func:`template_phase`) where the extractor has one, else the coarse-to-fine :func:`search_phase`."""

@@ -76,3 +76,14 @@ def test_the_secret_phase_copy_reads_by_search_and_leaves_the_fixed_grid_bundle_
     assert hidden.markers is fixed.markers and hidden.generator is fixed.generator
     weights = fixed.extractor.state_dict()
     assert all(torch.equal(v, weights[k]) for k, v in hidden.extractor.state_dict().items())
+
+
+def test_the_phase_table_counts_exact_and_wrapped_one_pixel_hits_per_reader():
+    def image(found, key_aware):
+        return {"drawn": [0, 5], "found": found, "key_aware": key_aware, "bits_true": 0.7, "bits_found": 0.5,
+                "bits_key_aware": 0.7}  # fmt: skip
+
+    phases = {"images": [image([0, 5], [0, 5]), image([23, 5], [0, 5]), image([9, 9], [0, 6])]}
+    text = "\n".join(bench.phase_section(phases))
+    assert "| portal's search, key unknown | 1/3 [" in text and "| 2/3 | 0.500 |" in text  # 23 wraps to 0
+    assert "| key-aware search | 2/3 [" in text and "| 3/3 | 0.700 |" in text

@@ -335,7 +335,8 @@ def test_a_template_reader_finds_every_secret_offset_over_all_phases_and_reads_t
         marked = embed.mark_image(bundle, source, KEY, target_psnr=30.0, offset_rng=np.random.default_rng(seed))
         drawn = embed.draw_offset(STRIDE, np.random.default_rng(seed))
         x = from_uint8(marked.image.pixels[None])
-        assert embed.find_phase(extractor, embed.to_working(x, grid), grid) == drawn
+        work = embed.to_working(x, grid)
+        assert embed.find_phase(extractor, work, grid) == drawn == embed.key_phase(extractor, work, grid, KEY)
         assert torch.equal((embed.read_logits(extractor, x) > 0).float(), KEY)
 
 
