@@ -306,6 +306,22 @@ def read_logits(extractor: Extractor, image: torch.Tensor) -> torch.Tensor:
     return _mean_logits(extractor, tiles) - tile_bias(extractor)
 
 
+@torch.no_grad()
+def read_logits_for_key(
+    extractor: Extractor, image: torch.Tensor, key: torch.Tensor, votes: torch.Tensor | None = None
+) -> torch.Tensor:
+    """:func:`read_logits` for a reader that checks one known ``key``: a ``"random-search"`` extractor with
+    a template read-out reads at that key's best phase (:func:`key_phase`; ``votes`` as there) instead of the
+    most confident one; every other extractor reads exactly as :func:`read_logits`. Benchmark only."""
+    height, width = image.shape[-2:]
+    grid = grid_for(height, width, extractor.image_size)
+    if grid.whole or offset_mode(extractor) != "random-search" or getattr(extractor, "readout", None) is None:
+        return read_logits(extractor, image)
+    work = to_working(image.float().cpu(), grid)
+    tiles = _tiles_at(work, grid, grid.origins(key_phase(extractor, work, grid, key, votes)))
+    return _mean_logits(extractor, tiles) - tile_bias(extractor)
+
+
 def _tiles_at(work: torch.Tensor, grid: Grid, origins: list[tuple[int, int]]) -> torch.Tensor:
     """The tiles of a (1, C, h, w) working image at ``origins`` (top-left corners), stacked."""
     t = grid.tile
@@ -394,13 +410,16 @@ def template_phase(extractor: Extractor, work: torch.Tensor, grid: Grid) -> tupl
     return best // stride, best % stride
 
 
-def key_phase(extractor: Extractor, work: torch.Tensor, grid: Grid, key: torch.Tensor) -> tuple[int, int]:
+def key_phase(
+    extractor: Extractor, work: torch.Tensor, grid: Grid, key: torch.Tensor, votes: torch.Tensor | None = None
+) -> tuple[int, int]:
     """The phase whose template vote agrees best with ``key`` ((M,) bits): the mean of each bit's
     centred vote signed by the key bit. A reader that knows which key it checks for finds that key's
     phase far more often than :func:`template_phase`, which must guess it from confidence alone —
     but a match then maximises over every phase, so its false-positive rate is not one read's
-    binomial tail: the portal's thresholds do not cover it, and only the benchmark uses it."""
-    votes = template_votes(extractor, work, grid)
+    binomial tail: the portal's thresholds do not cover it, and only the benchmark uses it. ``votes``:
+    this image's :func:`template_votes`, when a caller checks several keys against it."""
+    votes = template_votes(extractor, work, grid) if votes is None else votes
     stride = votes.shape[0]
     agreement = ((votes - votes.mean((0, 1))) * (2 * key.float() - 1)).mean(-1)
     best = int(agreement.argmax())

@@ -43,3 +43,39 @@ def test_the_joint_markers_are_measured_only_once_exported(tmp_path, monkeypatch
     assert bench.JOINT_LABEL not in bench.molm_folders()
     (folder / "manifest.json").write_text(json.dumps({"files": {}}))
     assert bench.molm_folders()[bench.JOINT_LABEL] == folder
+
+
+def _png(pixels: np.ndarray) -> bytes:
+    from mlcore.watermark import image_io
+
+    return image_io.encode(image_io.SourceImage(name="a.png", format="PNG", pixels=pixels))
+
+
+def test_a_key_aware_reader_is_scored_and_calibrated_on_reads_for_each_key_it_checks(monkeypatch):
+    monkeypatch.setattr(bench, "FORGE_NS", (2,))
+    key = np.random.default_rng(0).integers(0, 2, 48)
+    checked: list[tuple[int, ...]] = []
+
+    def read_for(images, bits):
+        # A reader that finds in every image exactly the key it looks for: the worst case for the null.
+        checked.append(tuple(bits))
+        return np.tile(np.asarray(bits, float), (len(images), 1))
+
+    def key_agnostic(images):
+        raise AssertionError("a key-aware forgery must not read the clean targets once for every key")
+
+    sources, own, targets = _photos(2, 0), _photos(2, 1), _photos(3, 2)
+    out = bench._forgery(
+        lambda pixels, i: _png(pixels),
+        lambda data: np.asarray(key, float),
+        key_agnostic,
+        key,
+        sources,
+        own,
+        targets,
+        np.random.default_rng(1),
+        read_for=read_for,
+    )
+    assert len(set(checked)) == 10  # the forged key and nine others on the clean targets
+    assert out["negatives"] == 3 * 10 and out["tau"] == 49  # every read matches: nothing can be flagged at 1 %
+    assert out["fpr_forged_key"]["value"] == 0.0 and out["forged"]["N=2 with originals"]["value"] == 0.0
