@@ -451,6 +451,33 @@ def finetune_decoder(
     return decoder.eval().requires_grad_(False), rows
 
 
+def train_over_random_keys(
+    vae: nn.Module,
+    marking: nn.Module,
+    extractor: Extractor,
+    pool: PatchPool,
+    config: BaselineTrainConfig,
+    *,
+    log: Log | None = None,
+) -> list[dict[str, Any]]:
+    """A keyed marking module attached to ``vae`` (one model for every key) and ``extractor`` trained
+    jointly over random keys: WOUAF's training (:func:`train_modulation`), and MOLM's markers on the
+    same harness (:func:`train_markers`)."""
+    tile = extractor.image_size
+    marking.requires_grad_(True)
+    return train_on_residuals(
+        lambda index, keys: marked_fields(vae, marking, pool, index, keys, tile),  # type: ignore[arg-type]
+        random_keys(marking.num_bits),  # type: ignore[arg-type]
+        list(marking.parameters()),
+        extractor,
+        pool,
+        config,
+        train_extractor=True,
+        modules=[marking],
+        log=log,
+    )
+
+
 def train_modulation(
     vae: nn.Module,
     modulation: KeyModulation,
@@ -463,18 +490,7 @@ def train_modulation(
     """WOUAF's training: the mapping, the affines and ``extractor`` jointly over random keys.
 
     ``modulation`` must be attached to ``vae``."""
-    tile = extractor.image_size
-    return train_on_residuals(
-        lambda index, keys: marked_fields(vae, modulation, pool, index, keys, tile),  # type: ignore[arg-type]
-        random_keys(modulation.num_bits),
-        list(modulation.parameters()),
-        extractor,
-        pool,
-        config,
-        train_extractor=True,
-        modules=[modulation],
-        log=log,
-    )
+    return train_over_random_keys(vae, modulation, extractor, pool, config, log=log)
 
 
 def train_markers(
@@ -493,19 +509,7 @@ def train_markers(
     train_jointly`, the ``molm-residual`` recipe, adds MOLM's null and forgery terms and a longer budget.)"""
     if getattr(markers, "has_shift", False):
         raise ValueError("train MOLM's markers without the bias shift (markers.without_shift())")
-    tile = extractor.image_size
-    markers.requires_grad_(True)
-    return train_on_residuals(
-        lambda index, keys: marked_fields(vae, markers, pool, index, keys, tile),  # type: ignore[arg-type]
-        random_keys(markers.num_bits),  # type: ignore[arg-type]
-        list(markers.parameters()),
-        extractor,
-        pool,
-        config,
-        train_extractor=True,
-        modules=[markers],
-        log=log,
-    )
+    return train_over_random_keys(vae, markers, extractor, pool, config, log=log)
 
 
 @torch.no_grad()
