@@ -760,9 +760,7 @@ def phase_recovery(bundle: Any, images: list[np.ndarray], seed: int, offset_seed
         work = embed.to_working(from_uint8(written[None]), grid)
 
         def bits(phase: tuple[int, int], work: Any = work, grid: Any = grid, key: Any = key) -> float:
-            tiles = embed._tiles_at(work, grid, grid.origins(phase))
-            vote = embed._mean_logits(extractor, tiles) - embed.tile_bias(extractor)
-            return float(((vote > 0).float() == key).float().mean())
+            return float(((embed.vote_at(extractor, work, grid, phase) > 0).float() == key).float().mean())
 
         with torch.no_grad():
             found, keyed = embed.find_phase(extractor, work, grid), embed.key_phase(extractor, work, grid, key)

@@ -283,9 +283,7 @@ def phase_search(folder: Path, images: int) -> dict[str, Any]:
             found = embed.search_phase(extractor, work, grid)
 
             def bits(phase: tuple[int, int], work: Any = work, grid: Any = grid, key: Any = key) -> float:
-                tiles = embed._tiles_at(work, grid, grid.origins(phase))
-                vote = embed._mean_logits(extractor, tiles) - embed.tile_bias(extractor)
-                return float(((vote > 0).float() == key).float().mean())
+                return float(((embed.vote_at(extractor, work, grid, phase) > 0).float() == key).float().mean())
 
             rows.append(
                 {

@@ -318,8 +318,13 @@ def read_logits_for_key(
     if grid.whole or offset_mode(extractor) != "random-search" or getattr(extractor, "readout", None) is None:
         return read_logits(extractor, image)
     work = to_working(image.float().cpu(), grid)
-    tiles = _tiles_at(work, grid, grid.origins(key_phase(extractor, work, grid, key, votes)))
-    return _mean_logits(extractor, tiles) - tile_bias(extractor)
+    return vote_at(extractor, work, grid, key_phase(extractor, work, grid, key, votes))
+
+
+@torch.no_grad()
+def vote_at(extractor: Extractor, work: torch.Tensor, grid: Grid, phase: tuple[int, int]) -> torch.Tensor:
+    """(M,) the extractor's vote over the working image's grid at ``phase``, less :func:`tile_bias`."""
+    return _mean_logits(extractor, _tiles_at(work, grid, grid.origins(phase))) - tile_bias(extractor)
 
 
 def _tiles_at(work: torch.Tensor, grid: Grid, origins: list[tuple[int, int]]) -> torch.Tensor:
