@@ -597,7 +597,13 @@ def report(result: dict[str, Any]) -> str:
         f"{tier['batch_size']} crops × {tier['points']} points, {tier['train_scans']} training scans, "
         f"{tier['heldout_scans']} held-out scans per case, seeds 0–{tier['seeds'] - 1}); held-out mIoU mean ± sd over "
         f"seeds (n = seeds). *Augmented*: the user path's default attribute augmentation "
-        f"(`{USER_ATTRIBUTE_AUGMENT}`, `mlcore/pointcloud/augment.py`).",
+        f"(`{USER_ATTRIBUTE_AUGMENT}`, `mlcore/pointcloud/augment.py`)"
+        + (
+            f"; the trainings after the first two (another `attribute_augment`) on seeds 0–{tier['extra_seeds'] - 1}"
+            " only: they judge no claim."
+            if tier.get("extra") and tier.get("extra_seeds")
+            else "."
+        ),
         "",
     ]
     verdicts = []
