@@ -118,7 +118,8 @@ class AttributeAugment:
 #: (door IoU with colour; one seed each): not the contradictory labels (colourless crops' doors
 #: supervised as wall: 0.00, though the geometry-only mIoU rises from 0.33 to 0.55); not "absent"
 #: being encoded as black, next to the dark paints (colours inverted: 0.05); not the embedding's
-#: BatchNorm statistics alone (re-estimated on colour crops: 0.00; a LayerNorm there: 0.00). Nor is
+#: BatchNorm statistics (the embedding's re-estimated on colour crops: 0.00; a LayerNorm there: 0.00;
+#: every BatchNorm of the robust-preset model re-estimated on colour crops, seeds 0 and 1: 0.00). Nor is
 #: it which crops share a step: dropping an attribute from whole batches ("robust-batch", the study's
 #: ablation row) instead of single crops, seeds 0–2 with the robust re-maps, gives door IoU 0.00 at
 #: 70% and 0.08 / 0.00 / 0.00 at 30% (a one-seed probe with milder re-maps had given 0.41), road
