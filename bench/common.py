@@ -158,6 +158,34 @@ def results_folder(results: Path, name: str, data: dict[str, Any]) -> Path:
     return folder
 
 
+def report_excerpt(path: Path, sections: tuple[str | None, ...], *, shift: int = 1) -> list[str]:
+    """Lines of another study's written report to repeat in this one: each ``## `` section whose title
+    starts with one of ``sections`` (with its subsections; None: the text between the title and the
+    first section), every heading ``shift`` levels down, without the title and the "_Written" stamp.
+    [] when that study has not written its report."""
+    if not path.is_file():
+        return []
+    kept: list[str] = []
+    keep = None in sections
+    for line in path.read_text().splitlines():
+        if line.startswith("# "):
+            continue
+        if line.startswith("## "):
+            keep = any(s is not None and line[3:].startswith(s) for s in sections)
+        if line.startswith("#"):
+            line = "#" * shift + line
+        if keep and not line.startswith("_Written "):
+            kept.append(line)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    return kept
+
+
+def written_at(path: Path) -> str:
+    """When a study's ``.json`` says it was written ("?" when it has none)."""
+    return json.loads(path.read_text()).get("written_at", "?") if path.is_file() else "?"
+
+
 def write_results(results: Path, name: str, markdown: str, data: dict[str, Any]) -> None:
     results = results_folder(results, name, data)
     stamp = datetime.now(UTC).isoformat(timespec="seconds")

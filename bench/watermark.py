@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cache import Store
-from bench.common import bench_device, check_zoo_cache, full_tier_cache, write_results
+from bench.common import bench_device, check_zoo_cache, full_tier_cache, report_excerpt, write_results, written_at
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Store.named("watermark")
@@ -433,27 +433,17 @@ def embed_section(results: Path) -> list[str]:
     """The embed path's tables on photos at their own size (``python -m bench watermark-embed``), as that
     study last wrote them in ``results``: its main section and its forgery table, a heading level down
     (issue #23 asks for them in this report)."""
-    path, data = results / "watermark-embed.md", results / "watermark-embed.json"
-    if not path.is_file():
+    kept = report_excerpt(
+        results / "watermark-embed.md", (None, "Does the reader find the secret phase", "Forgery by averaging")
+    )
+    if not kept:
         return []
-    kept: list[str] = []
-    keep = False
-    for line in path.read_text().splitlines():
-        if line.startswith("# "):  # the study's title: the heading below stands for it
-            keep = True
-            continue
-        if line.startswith("## "):
-            keep = line == "## Forgery by averaging"
-            line = "#" + line
-        if keep and not line.startswith("_Written "):
-            kept.append(line)
-    written = json.loads(data.read_text()).get("written_at", "?") if data.is_file() else "?"
     return [
         "",
         "## Watermarking the user's own photos (issue #23)",
         "",
         f"Copied from bench/results/watermark-embed.md (`python -m bench watermark-embed --tier full`, written "
-        f"{written}), which also has each learned method seed by seed.",
+        f"{written_at(results / 'watermark-embed.json')}), which also has each learned method seed by seed.",
         *kept,
     ]
 

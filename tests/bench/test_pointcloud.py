@@ -74,3 +74,19 @@ def test_the_usage_chart_shows_the_first_and_last_moe_layer_by_their_numbers(tmp
     rows = usage_chart({"A": [[0.2, 0.8]]}, [3])["data"]["values"]
     assert {r["layer"] for r in rows} == {"layer 3"}
     assert not bench.usage_chart_png({"config": "dense-active", "seed": 0, "usage": {}}, tmp_path / "none.png")
+
+
+def test_the_report_repeats_the_real_sensor_studies_tables_that_have_been_written(tmp_path):
+    from bench.pointcloud.study import real_sensor_lines
+
+    assert real_sensor_lines(tmp_path) == []
+    (tmp_path / "pointcloud-encodings.md").write_text(
+        "# Encodings\n\nintro\n\n## Encoding invariance\n\n### room 0\n\n| PLY | 1.000 |\n\n"
+        "## Attributes\n\n| other |\n\n_Written 2026 on here._\n"
+    )
+    (tmp_path / "pointcloud-encodings.json").write_text('{"written_at": "2026-12-05"}')
+    text = "\n".join(real_sensor_lines(tmp_path))
+    assert "## Point clouds from real sensors (issue #22)" in text and "(written 2026-12-05)" in text
+    assert "#### Encoding invariance" in text and "##### room 0\n\n| PLY | 1.000 |" in text
+    assert "| other |" not in text and "intro" not in text and "_Written" not in text
+    assert "Attribute robustness" not in text  # that study has not written its report here
