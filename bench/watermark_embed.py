@@ -494,8 +494,8 @@ WOUAF_LABEL = "WOUAF-like (key → per-channel modulation of the decoder's convo
 #: MOLM's markers trained exactly as WOUAF-like is: the comparison at equal training.
 MOLM_LABEL = "MOLM on the baselines' training (key-routed adapters, no shift, trained as WOUAF-like)"
 LEARNED_LABELS = (SS_LABEL, WOUAF_LABEL, MOLM_LABEL)
-#: The same markers (seed 0) with every mark at a secret phase of the tile grid, found by the template search.
-OFFSET_LABEL = "MOLM on the baselines' training, secret offset + template phase search (seed 0 only)"
+#: The same markers with every mark at a secret phase of the tile grid, found by the template search.
+OFFSET_LABEL = "MOLM on the baselines' training, secret offset + template phase search"
 #: The same marks read for the key checked (``embed.key_phase``): a reader the portal does not offer yet.
 KEYED_LABEL = "MOLM on the baselines' training, secret offset + key-aware phase search (seed 0 only; bench reader)"
 #: Seeds the secret offsets of the rows (and, + 1, of the forgery) so a rerun repeats the same marks.
@@ -777,6 +777,57 @@ def phase_recovery(bundle: Any, images: list[np.ndarray], seed: int, offset_seed
     return {"images": out}
 
 
+def study_stamp(tier: str) -> str:
+    """What every cached row of ``tier`` depends on besides its markers: settings and the embed path's code."""
+    return _digest(TIERS[tier], TARGET_PSNR, FORGE_NS, FORGE_SIDE, FORGE_FPR, _path_stamp())
+
+
+def study_inputs(tier: str) -> dict[str, Any]:
+    """The crops of ``tier`` with their held-out flags, and the forgery's sources, own clean photos and
+    targets: seeded, so every run (and every process of one) marks and forges the same photos."""
+    from mlcore.data.images import split_photos
+
+    settings = TIERS[tier]
+    named = named_crops(settings["crops"])
+    held_names = {p.name for p in split_photos("test")}
+    return {
+        "images": [pixels for _, pixels in named],
+        "held": [name in held_names for name, _ in named],
+        "sources": square_crops(settings["forge_sources"], FORGE_SIDE, seed=21),
+        "own_clean": square_crops(max(FORGE_NS), FORGE_SIDE, seed=22),
+        "targets": square_crops(settings["forge_targets"], FORGE_SIDE, seed=23),
+    }
+
+
+def secret_phase_parts(
+    store: Store | None, trained: dict[str, Any], j: int, count: int, inputs: dict[str, Any], *, forge: bool, tier: str
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """One seed (the ``j``-th of ``count``) of MOLM on the baselines' training with its marks at secret
+    phases: its bits rows on its share of the crops (the keys of its fixed-grid rows) and, with ``forge``,
+    the averaging forgery; offsets seeded per seed so a rerun lays the same marks."""
+    hidden = secret_phase(trained["bundle"])
+    key = f"{OFFSET_LABEL}/seed{trained['seed']}/{LEARNED[tier].stamp()}/{study_stamp(tier)}"
+    images, held = inputs["images"][j::count], inputs["held"][j::count]
+    row = _cached(
+        store,
+        f"rows/{key}",
+        lambda: embed_rows(
+            hidden, images, seed=1 + j, held=held, offset_rng=np.random.default_rng(OFFSET_SEED + 2 * j)
+        ),
+    )
+    if not forge:
+        return row, None
+    sources, own_clean, targets = inputs["sources"], inputs["own_clean"], inputs["targets"]
+    forged = _cached(
+        store,
+        f"forgery/{key}",
+        lambda: bundle_forgery(
+            hidden, sources, own_clean, targets, seed=2, offset_rng=np.random.default_rng(OFFSET_SEED + 2 * j + 1)
+        ),
+    )
+    return row, forged
+
+
 def learned_baselines(tier: str) -> dict[str, list[dict[str, Any]]]:
     """Every seed of both learned baselines, and of MOLM on WOUAF-like's training, for ``tier``, trained now
     or loaded from ``BASELINE_WORK``."""
@@ -884,15 +935,12 @@ def carried_over(results: Path, measured: set[str]) -> tuple[dict[str, Any], dic
 
 
 def run(tier: str, results: Path) -> None:
-    from mlcore.data.images import split_photos
 
     settings = TIERS[tier]
     store = full_tier_cache(Store.named("watermark-embed"), tier)
-    run_stamp = _digest(settings, TARGET_PSNR, FORGE_NS, FORGE_SIDE, FORGE_FPR, _path_stamp())
-    named = named_crops(settings["crops"])
-    images = [pixels for _, pixels in named]
-    held_names = {p.name for p in split_photos("test")}
-    held = [name in held_names for name, _ in named]
+    run_stamp = study_stamp(tier)
+    inputs = study_inputs(tier)
+    images, held = inputs["images"], inputs["held"]
     folders = molm_folders()
     rows: dict[str, dict[str, Any]] = {
         label: _cached(
@@ -902,9 +950,7 @@ def run(tier: str, results: Path) -> None:
         )
         for label, folder in folders.items()
     }
-    sources = square_crops(settings["forge_sources"], FORGE_SIDE, seed=21)
-    own_clean = square_crops(max(FORGE_NS), FORGE_SIDE, seed=22)
-    targets = square_crops(settings["forge_targets"], FORGE_SIDE, seed=23)
+    sources, own_clean, targets = inputs["sources"], inputs["own_clean"], inputs["targets"]
     forgeries = {
         label: _cached(
             store,
@@ -953,20 +999,21 @@ def run(tier: str, results: Path) -> None:
             ),
         )
 
-    # MOLM on the baselines' training, its first seed once more with every mark at a secret phase of the
-    # tile grid, read by the template phase search: the same markers, crops, keys and forged key as its
-    # fixed-grid rows, so the two rows differ only in where the marks are laid and how they are found.
-    first = learned[MOLM_LABEL][0]
+    # MOLM on the baselines' training once more, every mark at a secret phase of the tile grid and read by
+    # the template phase search: the same markers, crops, keys and forged key as its fixed-grid rows, seed
+    # by seed, so the two rows differ only in where the marks are laid and how they are found.
+    molm = learned[MOLM_LABEL]
+    count = len(molm)
+    hidden_by_seed = {}
+    for j, t in enumerate(molm):
+        row, forged = secret_phase_parts(store, t, j, count, inputs, forge=settings["learned_forgery"], tier=tier)
+        hidden_by_seed[t["seed"]] = row
+        if forged is not None:
+            forgeries[f"{OFFSET_LABEL}, seed {t['seed']}"] = forged
+    rows[OFFSET_LABEL] = over_seeds(hidden_by_seed)
+    first = molm[0]
     hidden = secret_phase(first["bundle"])
-    count = len(learned[MOLM_LABEL])
-    rows[OFFSET_LABEL] = _cached(
-        store,
-        f"rows/{OFFSET_LABEL}/seed{first['seed']}/{recipe.stamp()}/{run_stamp}",
-        lambda: embed_rows(
-            hidden, images[::count], seed=1, held=held[::count], offset_rng=np.random.default_rng(OFFSET_SEED)
-        ),
-    )
-    # The same marks read by a reader that knows the key it checks for: the key-aware phase search.
+    # Seed 0's marks read by a reader that knows the key it checks for: the key-aware phase search.
     rows[KEYED_LABEL] = _cached(
         store,
         f"rows/{KEYED_LABEL}/seed{first['seed']}/{recipe.stamp()}/{run_stamp}",
@@ -985,13 +1032,6 @@ def run(tier: str, results: Path) -> None:
         lambda: phase_recovery(hidden, images[::count], seed=1, offset_seed=OFFSET_SEED),
     )
     if settings["learned_forgery"]:
-        forgeries[f"{OFFSET_LABEL}, seed {first['seed']}"] = _cached(
-            store,
-            f"forgery/{OFFSET_LABEL}/seed{first['seed']}/{recipe.stamp()}/{run_stamp}",
-            lambda: bundle_forgery(
-                hidden, sources, own_clean, targets, seed=2, offset_rng=np.random.default_rng(OFFSET_SEED + 1)
-            ),
-        )
         forgeries[f"{KEYED_LABEL}, seed {first['seed']}"] = _cached(
             store,
             f"forgery/{KEYED_LABEL}/seed{first['seed']}/{recipe.stamp()}/{run_stamp}",
@@ -1163,11 +1203,11 @@ def learned_section(rows: dict[str, dict[str, Any]], training: dict[str, Any], r
             )
     lines += [
         "",
-        f"*{OFFSET_LABEL.split(', ', 1)[1].split(' (')[0]}* (the main table's row of that name): seed 0 of MOLM on "
+        f"*{OFFSET_LABEL.split(', ', 1)[1]}* (the main table's row of that name): every seed of MOLM on "
         "the baselines' training once more, each mark laid at a fresh secret phase (dy, dx) of the tile grid and "
         "read at the phase whose template vote is the most confident over all of them (`embed.template_phase`); "
-        "the same crops, keys and forged key as seed 0's fixed-grid rows, so the two differ only in the phase. "
-        "*Secret offset + key-aware phase search*: the same marks, each file read for the key it is scored "
+        "the same crops, keys and forged key as each seed's fixed-grid rows, so the two differ only in the phase. "
+        "*Secret offset + key-aware phase search*: seed 0's marks, each file read for the key it is scored "
         "against, at the phase whose template vote agrees best with that key (`embed.key_phase`), the unmarked "
         "crops and the forgery's clean targets too, so its threshold is calibrated on such reads; the portal "
         "does not read this way (its thresholds assume one read per key).",
