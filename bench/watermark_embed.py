@@ -928,7 +928,8 @@ def carried_over(results: Path, measured: set[str]) -> tuple[dict[str, Any], dic
         return {
             label: {**row, "carried_over": row.get("carried_over", origin)}
             for label, row in items.items()
-            if label.startswith("MOLM") and label not in measured and "error" not in row
+            # Rows of markers folders only ("MOLM embed …"): the learned rows are measured by every run.
+            if label.startswith("MOLM embed") and label not in measured and "error" not in row
         }
 
     return carry(previous.get("rows", {})), carry(previous.get("forgery", {}))

@@ -45,23 +45,25 @@ def test_molm_rows_not_measured_now_are_carried_over_and_say_from_when(tmp_path)
         "written_at": "2026-12-05T11:38:57+00:00",
         "tier": "quick",
         "rows": {
-            "MOLM a folder only another machine has": {"n": 8, "bits_none": 0.7},
-            "MOLM measured again now": {"n": 8, "bits_none": 0.5},
-            "MOLM that could not run": {"error": "missing"},
+            "MOLM embed, a folder only another machine has": {"n": 8, "bits_none": 0.7},
+            "MOLM embed, measured again now": {"n": 8, "bits_none": 0.5},
+            "MOLM embed that could not run": {"error": "missing"},
             "DWT-DCT": {"n": 8, "bits_none": 0.9},
+            # A learned row (every run trains and measures those), under a label no run writes any more.
+            "MOLM on the baselines' training (an older label)": {"n": 40, "bits_none": 0.6},
         },
-        "forgery": {"MOLM a folder only another machine has": {"tau": 32}},
+        "forgery": {"MOLM embed, a folder only another machine has": {"tau": 32}},
     }
     (tmp_path / "watermark-embed.json").write_text(json.dumps(previous))
-    rows, forgeries = bench.carried_over(tmp_path, {"MOLM measured again now"})
-    assert list(rows) == ["MOLM a folder only another machine has"] == list(forgeries)
+    rows, forgeries = bench.carried_over(tmp_path, {"MOLM embed, measured again now"})
+    assert list(rows) == ["MOLM embed, a folder only another machine has"] == list(forgeries)
     origin = {"written_at": "2026-12-05T11:38:57+00:00", "tier": "quick"}
-    assert rows["MOLM a folder only another machine has"]["carried_over"] == origin
-    assert forgeries["MOLM a folder only another machine has"]["carried_over"] == origin
+    assert rows["MOLM embed, a folder only another machine has"]["carried_over"] == origin
+    assert forgeries["MOLM embed, a folder only another machine has"]["carried_over"] == origin
     # Carried again later, a row keeps the run it was measured in.
     (tmp_path / "watermark-embed.json").write_text(json.dumps({"written_at": "later", "rows": rows}))
     again, _ = bench.carried_over(tmp_path, set())
-    assert again["MOLM a folder only another machine has"]["carried_over"] == origin
+    assert again["MOLM embed, a folder only another machine has"]["carried_over"] == origin
     assert bench.carried_note(again)[1].startswith("† Carried over from the report written 2026-12-05")
 
 
