@@ -50,6 +50,7 @@ process (the worker's part of a portal check; ``bench.watermark_latency`` measur
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -500,8 +501,6 @@ OFFSET_LABEL = "MOLM on the baselines' training, secret offset + template phase 
 KEYED_LABEL = "MOLM on the baselines' training, secret offset + key-aware phase search (seed 0 only; bench reader)"
 #: Seeds the secret offsets of the rows (and, + 1, of the forgery) so a rerun repeats the same marks.
 OFFSET_SEED = 99
-#: The zoo extractor's tile stride (32-pixel tiles overlapping by 8): the secret phase's range per axis.
-STRIDE = 24
 #: Trained baselines, cached between runs (gitignored): a rerun loads every finished training.
 BASELINE_WORK = ROOT / "var" / "bench" / "watermark-embed"
 ZOO_FOLDER = ROOT / "mlcore" / "zoo" / "checkpoints" / "molm"
@@ -777,6 +776,7 @@ def phase_recovery(bundle: Any, images: list[np.ndarray], seed: int, offset_seed
     return {"images": out}
 
 
+@functools.cache
 def study_stamp(tier: str) -> str:
     """What every cached row of ``tier`` depends on besides its markers: settings and the embed path's code."""
     return _digest(TIERS[tier], TARGET_PSNR, FORGE_NS, FORGE_SIDE, FORGE_FPR, _path_stamp())
@@ -800,13 +800,13 @@ def study_inputs(tier: str) -> dict[str, Any]:
 
 
 def secret_phase_parts(
-    store: Store | None, trained: dict[str, Any], j: int, count: int, inputs: dict[str, Any], *, forge: bool, tier: str
+    store: Store | None, hidden: Any, seed: int, j: int, count: int, inputs: dict[str, Any], *, forge: bool, tier: str
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """One seed (the ``j``-th of ``count``) of MOLM on the baselines' training with its marks at secret
-    phases: its bits rows on its share of the crops (the keys of its fixed-grid rows) and, with ``forge``,
-    the averaging forgery; offsets seeded per seed so a rerun lays the same marks."""
-    hidden = secret_phase(trained["bundle"])
-    key = f"{OFFSET_LABEL}/seed{trained['seed']}/{LEARNED[tier].stamp()}/{study_stamp(tier)}"
+    phases (``hidden``: its :func:`secret_phase` bundle): its bits rows on its share of the crops (the keys
+    of its fixed-grid rows) and, with ``forge``, the averaging forgery; offsets seeded per seed so a rerun
+    lays the same marks."""
+    key = f"{OFFSET_LABEL}/seed{seed}/{LEARNED[tier].stamp()}/{study_stamp(tier)}"
     images, held = inputs["images"][j::count], inputs["held"][j::count]
     row = _cached(
         store,
@@ -936,6 +936,7 @@ def carried_over(results: Path, measured: set[str]) -> tuple[dict[str, Any], dic
 
 
 def run(tier: str, results: Path) -> None:
+    from mlcore.watermark.embed import OVERLAP
 
     settings = TIERS[tier]
     store = full_tier_cache(Store.named("watermark-embed"), tier)
@@ -1005,15 +1006,17 @@ def run(tier: str, results: Path) -> None:
     # by seed, so the two rows differ only in where the marks are laid and how they are found.
     molm = learned[MOLM_LABEL]
     count = len(molm)
-    hidden_by_seed = {}
-    for j, t in enumerate(molm):
-        row, forged = secret_phase_parts(store, t, j, count, inputs, forge=settings["learned_forgery"], tier=tier)
-        hidden_by_seed[t["seed"]] = row
+    hidden_bundles = [secret_phase(t["bundle"]) for t in molm]
+    hidden_rows = {}
+    for j, (t, bundle) in enumerate(zip(molm, hidden_bundles, strict=True)):
+        row, forged = secret_phase_parts(
+            store, bundle, t["seed"], j, count, inputs, forge=settings["learned_forgery"], tier=tier
+        )
+        hidden_rows[t["seed"]] = row
         if forged is not None:
             forgeries[f"{OFFSET_LABEL}, seed {t['seed']}"] = forged
-    rows[OFFSET_LABEL] = over_seeds(hidden_by_seed)
-    first = molm[0]
-    hidden = secret_phase(first["bundle"])
+    rows[OFFSET_LABEL] = over_seeds(hidden_rows)
+    first, hidden = molm[0], hidden_bundles[0]
     # Seed 0's marks read by a reader that knows the key it checks for: the key-aware phase search.
     rows[KEYED_LABEL] = _cached(
         store,
@@ -1096,7 +1099,7 @@ def run(tier: str, results: Path) -> None:
     if held_lines:
         lines += ["", "On the crops of held-out photos only (photos no trained model saw):", "", *held_lines]
     lines += learned_section(rows, training, recipe)
-    lines += phase_section(phases)
+    lines += phase_section(phases, stride=hidden.extractor.image_size - OVERLAP)
     lines += forgery_table(forgeries)
     skipped = [label for label, method in IMWATERMARK.items() if settings["iw_forge_targets"].get(method) == 0]
     if not settings["learned_forgery"]:
@@ -1239,8 +1242,9 @@ def learned_section(rows: dict[str, dict[str, Any]], training: dict[str, Any], r
     return lines
 
 
-def phase_section(phases: dict[str, Any]) -> list[str]:
-    """How often each reader finds the secret phase of the offset row's marks, and the bits read there."""
+def phase_section(phases: dict[str, Any], *, stride: int) -> list[str]:
+    """How often each reader finds the secret phase of the offset row's marks (phases in [0, ``stride``)²),
+    and the bits read there."""
     from mlcore.watermark.calibration import clopper_pearson
 
     images = phases["images"]
@@ -1248,7 +1252,7 @@ def phase_section(phases: dict[str, Any]) -> list[str]:
 
     def hits(column: str, within: int = 0) -> int:
         return sum(
-            all(min(abs(a - b), STRIDE - abs(a - b)) <= within for a, b in zip(r[column], r["drawn"], strict=True))
+            all(min(abs(a - b), stride - abs(a - b)) <= within for a, b in zip(r[column], r["drawn"], strict=True))
             for r in images
         )
 
@@ -1263,7 +1267,7 @@ def phase_section(phases: dict[str, Any]) -> list[str]:
         "reader finds without knowing the key (`embed.find_phase`: the most confident template vote) and at the "
         "phase a reader that knows the key finds (`embed.key_phase`: the template vote that agrees best with "
         f"it; benchmark only, the portal's thresholds do not cover a search over phases). Phases are (dy, dx) in "
-        f"[0, {STRIDE})²; 'within 1 px' counts wrapped distances.",
+        f"[0, {stride})²; 'within 1 px' counts wrapped distances.",
         "",
         "| reader | found exactly [95 % CI] | within 1 px | bits at its phase |",
         "|---|---|---|---|",
