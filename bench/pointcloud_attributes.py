@@ -39,7 +39,6 @@ augmentation before it replaces the zoo's, by :mod:`bench.pointcloud_candidates`
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import statistics
 import time
@@ -51,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from bench.cache import Store
-from bench.common import ZOO_CHECKPOINTS, full_tier_cache, machine, stamp
+from bench.common import ZOO_CHECKPOINTS, full_tier_cache, machine, stamp, write_results
 
 NAME = "pointcloud-attributes"
 SEGMENTERS_ENV = "MOELAB_BENCH_SEGMENTERS"
@@ -677,5 +676,5 @@ def run(tier_name: str, results: Path) -> None:
         out["verdicts"][case.name] = as_json(case_verdicts(case, runs))
     out["train_seconds"] = sum(r["train_seconds"] for runs in out["cases"].values() for r in runs)
     out["seconds"] = time.perf_counter() - start
-    (results / "pointcloud-attributes.json").write_text(json.dumps(out, indent=1))
-    (results / "pointcloud-attributes.md").write_text(report(out))
+    # Stamped (and a quick tier kept apart from a full report) as every study's report is.
+    write_results(results, "pointcloud-attributes", report(out), out)

@@ -21,7 +21,6 @@ scan per SynMix dataset), the full tier three.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import ZOO_CHECKPOINTS, machine
+from bench.common import ZOO_CHECKPOINTS, machine, write_results
 
 #: The georeferenced placement of the LAS 1.4 encoding: a UTM zone 32N easting and northing.
 UTM_SHIFT = np.array([512_000.0, 5_400_000.0, 300.0])
@@ -309,5 +308,5 @@ def run(tier: str, results: Path) -> None:
     out["attribute_scans"] = cfg["attribute_scans"]
     out["attributes"] = attribute_rows(model, cfg["attribute_scans"])
     out["seconds"] = time.perf_counter() - start
-    (results / "pointcloud-encodings.json").write_text(json.dumps(out, indent=1))
-    (results / "pointcloud-encodings.md").write_text(report(out))
+    # Stamped (and a quick tier kept apart from a full report) as every study's report is.
+    write_results(results, "pointcloud-encodings", report(out), out)

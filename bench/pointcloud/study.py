@@ -54,7 +54,9 @@ def real_sensor_lines(results: Path) -> list[str]:
         kept = report_excerpt(results / f"{name}.md", sections, shift=2)
         if kept:
             written = written_at(results / f"{name}.json")
-            out += ["", f"### {title}", "", f"From bench/results/{name}.md (written {written}).", "", *kept]
+            # Reports written before the studies stamped them say when only in git's history.
+            when = "" if written == "?" else f" (written {written})"
+            out += ["", f"### {title}", "", f"From bench/results/{name}.md{when}.", "", *kept]
     if not out:
         return []
     return ["", "## Point clouds from real sensors (issue #22)", *out]

@@ -90,3 +90,8 @@ def test_the_report_repeats_the_real_sensor_studies_tables_that_have_been_writte
     assert "#### Encoding invariance" in text and "##### room 0\n\n| PLY | 1.000 |" in text
     assert "| other |" not in text and "intro" not in text and "_Written" not in text
     assert "Attribute robustness" not in text  # that study has not written its report here
+    # A report written before reports were stamped names no date rather than a question mark.
+    (tmp_path / "pointcloud-heldout.md").write_text("# Held out\n\n## The zoo recipe, seeds 0, 1, 2\n\n| a |\n")
+    (tmp_path / "pointcloud-heldout.json").write_text("{}")
+    text = "\n".join(real_sensor_lines(tmp_path))
+    assert "From bench/results/pointcloud-heldout.md.\n" in text and "written ?" not in text
