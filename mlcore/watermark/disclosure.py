@@ -24,7 +24,7 @@ another team's verdicts they are half of the attacker's equation.
 Aggregates must follow the same rule: a mean or histogram of S over other teams' matches leaks S, so
 job outputs aggregate over :func:`is_own` rows only (``mlcore.jobs.watermark_verify``).
 
-The public demo weights (``zoo:molm-tiny``) are committed to the repository, so anyone can read a
+The public demo weights (``zoo:molm-tiny``, ``zoo:molm-photo``) are committed to the repository, so anyone can read a
 mark made with them offline; :func:`rests_on_public_weights` tells whether an extractor or markers
 folder holds them, and :data:`PUBLIC_WEIGHTS_NOTE` is the sentence every such verdict carries.
 """
@@ -60,8 +60,8 @@ OWN_FIELDS = (
 #: The budget a platform job spends for each image matched against other teams' keys.
 FOREIGN_MATCHES = "watermark-foreign-matches"
 PUBLIC_WEIGHTS_NOTE = (
-    "This verdict rests on the public demo weights (zoo:molm-tiny): anyone can read marks made with "
-    "them offline, so it shows how the method works, not who made the image."
+    "This verdict rests on the public demo weights of the zoo (zoo:molm-tiny, zoo:molm-photo): anyone can "
+    "read marks made with them offline, so it shows how the method works, not who made the image."
 )
 #: The committed checkpoints whose weights are public (``mlcore/zoo/checkpoints/*/manifest.json``).
 _ZOO = Path(__file__).resolve().parents[1] / "zoo" / "checkpoints"

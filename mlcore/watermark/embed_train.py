@@ -304,7 +304,9 @@ def photo_readback(
     for i, pixels in enumerate(images):
         key = torch.from_numpy(rng.integers(0, 2, bundle.num_bits)).float()
         source = image_io.SourceImage(name=f"{i}.png", format="PNG", pixels=pixels)
-        data = image_io.encode(mark_image(bundle, source, key, target_psnr=target_psnr).image)
+        # Seeded phase too (a secret-phase reader's marks): a rerun marks the same files.
+        marked = mark_image(bundle, source, key, target_psnr=target_psnr, offset_rng=np.random.default_rng((seed, i)))
+        data = image_io.encode(marked.image)
         written = image_io.read(data).pixels.astype(np.float64)
         psnrs.append(10 * math.log10(255**2 / max(float(((written - pixels) ** 2).mean()), 1e-10)))
         for attack in READBACK_ATTACKS:

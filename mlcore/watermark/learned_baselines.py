@@ -91,6 +91,7 @@ from mlcore.watermark.quality import ssim
 from mlcore.watermark.residual_attacks import jpeg_real, quantise, random_attacks, rescale
 from mlcore.watermark.residual_train import (
     TILES_PER_SIDE,
+    Checkpoint,
     MarkSchedule,
     PatchPool,
     cut_tiles,
@@ -335,6 +336,19 @@ def strength(raw: torch.Tensor, goal: float) -> torch.Tensor:
     return torch.clamp(goal / raw.clamp_min(1e-12), max=MAX_STRENGTH)
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Where a training starts and how it checkpoints: ``step`` done, the optimizer's state and logged
+    rows of a saved run; ``on_checkpoint(step, optimizer, rows)`` called at every log boundary, after
+    which the loop stops when ``out_of_time()`` says so (the caller sees the step it saved)."""
+
+    step: int = 0
+    optimizer_state: dict[str, Any] | None = None
+    rows: tuple[dict[str, Any], ...] = ()
+    on_checkpoint: Checkpoint | None = None
+    out_of_time: Callable[[], bool] | None = None
+
+
 #: (patch indices, (P, M) keys) → (P, 3, S, S) residual fields at the marking side's own strength.
 Fields = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: (torch generator, patches) → (P, M) keys for a step.
@@ -352,13 +366,15 @@ def train_on_residuals(
     train_extractor: bool,
     modules: list[nn.Module] = (),  # type: ignore[assignment]
     log: Log | None = None,
+    resume: Resume | None = None,
 ) -> list[dict[str, Any]]:
     """Train the marking side (and η when ``train_extractor``) on residual-marked photo patches.
 
     One step: P patches and keys, the residual fields scaled to this step's PSNR, the marked patches
     rounded and attacked, L = BCE(η(tiles), κ) + λ (1 − SSIM(marked, photo)) + μ (log ‖r‖/‖r‖_target)².
     A frozen η stays in eval mode (its BatchNorm statistics fixed) and still passes gradients to the
-    images. Each step's draws come from (seed, step). Returns the logged rows.
+    images. Each step's draws come from (seed, step), so a run resumed from a checkpoint (``resume``)
+    takes the same steps as one that never stopped. Returns the logged rows.
     """
     tile = extractor.image_size
     per = TILES_PER_SIDE**2
@@ -367,14 +383,17 @@ def train_on_residuals(
         groups.append({"params": list(extractor.parameters()), "lr": config.lr_extractor, "weight_decay": 1e-4})
     optimizer = torch.optim.AdamW(groups)
     base_lrs = [g["lr"] for g in groups]
+    resume = resume or Resume()
+    if resume.optimizer_state is not None:
+        optimizer.load_state_dict(resume.optimizer_state)
     extractor.requires_grad_(train_extractor)
     extractor.train(train_extractor)
     for m in modules:
         m.train()
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = list(resume.rows)
     running: dict[str, list[float]] = {"loss_bits": [], "train_bits": [], "raw_psnr": []}
     started = time.monotonic()
-    for step in range(1, config.steps + 1):
+    for step in range(resume.step + 1, config.steps + 1):
         g = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
         rng = np.random.default_rng((config.seed, step, 29))
         for group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
@@ -411,6 +430,11 @@ def train_on_residuals(
             rows.append(row)
             if log is not None:
                 log(row)
+        # Only at a log boundary: the running means restart there, so a resumed run logs the same rows.
+        if resume.on_checkpoint is not None and step % config.log_every == 0:
+            resume.on_checkpoint(step, optimizer, rows)
+            if resume.out_of_time is not None and resume.out_of_time():
+                break
     extractor.eval().requires_grad_(False)
     for m in modules:
         m.eval()
@@ -459,6 +483,7 @@ def train_over_random_keys(
     config: BaselineTrainConfig,
     *,
     log: Log | None = None,
+    resume: Resume | None = None,
 ) -> list[dict[str, Any]]:
     """A keyed marking module attached to ``vae`` (one model for every key) and ``extractor`` trained
     jointly over random keys: WOUAF's training (:func:`train_modulation`), and MOLM's markers on the
@@ -475,6 +500,7 @@ def train_over_random_keys(
         train_extractor=True,
         modules=[marking],
         log=log,
+        resume=resume,
     )
 
 
@@ -501,6 +527,7 @@ def train_markers(
     config: BaselineTrainConfig,
     *,
     log: Log | None = None,
+    resume: Resume | None = None,
 ) -> list[dict[str, Any]]:
     """MOLM itself on this harness: its key-routed adapters (:class:`~mlcore.watermark.markers.Markers`,
     no bias shift, attached to ``vae``) and ``extractor`` trained jointly over random keys exactly as
@@ -509,7 +536,7 @@ def train_markers(
     train_jointly`, the ``molm-residual`` recipe, adds MOLM's null and forgery terms and a longer budget.)"""
     if getattr(markers, "has_shift", False):
         raise ValueError("train MOLM's markers without the bias shift (markers.without_shift())")
-    return train_over_random_keys(vae, markers, extractor, pool, config, log=log)
+    return train_over_random_keys(vae, markers, extractor, pool, config, log=log, resume=resume)
 
 
 @torch.no_grad()

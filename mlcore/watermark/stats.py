@@ -10,7 +10,9 @@ the union (Bonferroni) bound P[max_j S_j ≥ S] ≤ N · p holds whatever the ke
 
     p_N = min(1, N · p)                                                      (N keys searched)
 
-is the p-value we report and compare with the configured false-positive rate α (per image):
+is the p-value we report and compare with the configured false-positive rate α (per image). An
+image read by R extractors (:mod:`mlcore.watermark.readers`) is a search over R · N (extractor, key)
+pairs, and the same bound gives p_RN = min(1, R · N · p). We report it and compare it with α:
 ``detected`` when p_N ≤ α, ``inconclusive`` when α < p_N ≤ α_s (a looser "suspicious" rate), else
 ``not detected``. Thresholds are also given in bits: the fewest matching bits that reach α.
 
@@ -71,20 +73,33 @@ class Thresholds:
     suspicious_fpr: float
     detect_bits: int | None
     suspicious_bits: int | None
+    #: Extractors each image is read with (:mod:`mlcore.watermark.readers`): the search is over
+    #: ``readers · num_keys`` (reader, key) pairs, and the bound of the module docstring covers them all.
+    readers: int = 1
 
     @classmethod
     def for_keyring(
-        cls, num_bits: int, num_keys: int, *, fpr: float = DEFAULT_FPR, suspicious_fpr: float = DEFAULT_SUSPICIOUS_FPR
+        cls,
+        num_bits: int,
+        num_keys: int,
+        *,
+        fpr: float = DEFAULT_FPR,
+        suspicious_fpr: float = DEFAULT_SUSPICIOUS_FPR,
+        readers: int = 1,
     ) -> Thresholds:
         if not 0 < fpr <= suspicious_fpr < 1:
             raise ValueError(f"need 0 < fpr ({fpr}) ≤ suspicious_fpr ({suspicious_fpr}) < 1")
+        if readers < 1:
+            raise ValueError(f"need at least one reader, got {readers}")
+        searched = num_keys * readers
         return cls(
             num_bits=num_bits,
             num_keys=num_keys,
             fpr=fpr,
             suspicious_fpr=suspicious_fpr,
-            detect_bits=threshold_bits(num_bits, num_keys, fpr),
-            suspicious_bits=threshold_bits(num_bits, num_keys, suspicious_fpr),
+            detect_bits=threshold_bits(num_bits, searched, fpr),
+            suspicious_bits=threshold_bits(num_bits, searched, suspicious_fpr),
+            readers=readers,
         )
 
     def verdict(self, p_corrected: float) -> Verdict:
@@ -102,6 +117,7 @@ class Thresholds:
             "suspicious_fpr": self.suspicious_fpr,
             "detect_bits": self.detect_bits,
             "suspicious_bits": self.suspicious_bits,
+            "readers": self.readers,
         }
 
 
@@ -169,14 +185,16 @@ def match_images(
     *,
     fpr: float = DEFAULT_FPR,
     suspicious_fpr: float = DEFAULT_SUSPICIOUS_FPR,
+    readers: int = 1,
 ) -> tuple[list[Match], Thresholds]:
     """Match each row of extractor outputs ``(n, num_bits)`` (probabilities that a bit is 1)
-    against every key; return one :class:`Match` per image and the thresholds used."""
+    against every key; return one :class:`Match` per image and the thresholds used. ``readers``: how
+    many extractors read the same images (the p-values are corrected for all of their searches)."""
     probabilities = np.asarray(probabilities, dtype=np.float64)
     if probabilities.ndim != 2:
         raise ValueError(f"expected probabilities of shape (images, bits), got {probabilities.shape}")
     n, num_bits = probabilities.shape
-    thresholds = Thresholds.for_keyring(num_bits, len(keys), fpr=fpr, suspicious_fpr=suspicious_fpr)
+    thresholds = Thresholds.for_keyring(num_bits, len(keys), fpr=fpr, suspicious_fpr=suspicious_fpr, readers=readers)
     decoded = probabilities > 0.5
     strings = ["".join("1" if b else "0" for b in row) for row in decoded]
     if not keys:
@@ -191,6 +209,6 @@ def match_images(
         best = int(order[np.argmax(agree[i, order])])
         matched = int(agree[i, best])
         p = binomial_tail(matched, num_bits)
-        p_n = corrected_p(p, len(keys))
+        p_n = corrected_p(p, len(keys) * readers)
         matches.append(Match(thresholds.verdict(p_n), keys[best], matched, num_bits, p, p_n, strings[i]))
     return matches, thresholds

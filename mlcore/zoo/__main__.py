@@ -6,7 +6,8 @@ held-out split of every source and writes the commit-ready checkpoint to
 ``var/zoo/NAME-sN`` and writes to ``var/zoo-seeds/NAME-sN`` (robustness studies, never committed).
 Language models are trained here; every other model's recipe is a module of this package
 (``molm`` for watermarking,
-``molm_embed`` for its extractor fine-tuned on residual-marked photos, ``lora_base`` for the encoder
+``molm_embed`` for its extractor fine-tuned on residual-marked photos, ``molm_photo`` for the
+markers ``watermark-embed`` marks photos with, ``lora_base`` for the encoder
 LoRA experts adapt, ``pointcloud``,
 ``video``) with a ``main(argv)`` of its own, and ``train NAME`` hands the rest of the command line
 to it, so one command trains every zoo model with that recipe's flags (``--device``,
@@ -28,6 +29,7 @@ OTHER_RECIPES: dict[str, tuple[str, list[str]]] = {
     "molm-tiny": ("mlcore.zoo.molm", ["train"]),
     "molm-embed": ("mlcore.zoo.molm_embed", ["train", "molm-embed"]),
     "molm-residual": ("mlcore.zoo.molm_residual", ["train"]),
+    "molm-photo": ("mlcore.zoo.molm_photo", ["train"]),
     "lora-base-tiny": ("mlcore.zoo.lora_base", ["train", "lora-base-tiny"]),
     "pointmoe-synmix": ("mlcore.zoo.pointcloud", ["train", "pointmoe-synmix"]),
     "ptv3-synmix-dense": ("mlcore.zoo.pointcloud", ["train", "ptv3-synmix-dense"]),

@@ -249,23 +249,30 @@ def verify(folder: Path = CHECKPOINT) -> dict[str, Any]:
     for name, digest in manifest["files"].items():
         path = folder / name
         if not path.is_file() or _sha256(path) != digest:
-            raise ValueError(f"molm-tiny: {name} is missing or altered; retrain with `{manifest['command']}`")
+            label = manifest.get("name", folder.name)
+            raise ValueError(f"{label}: {name} is missing or altered; retrain with `{manifest['command']}`")
     return manifest
 
 
-def build_molm_tiny(target: Path) -> None:
-    """Zoo builder: the verified committed checkpoint, copied (``extractor/``, ``vae/``, ``unet/``, ...)."""
+def copy_markers_folder(name: str, folder: Path, command: str, target: Path) -> None:
+    """Zoo builder of a committed markers folder: verified against its manifest, then copied
+    (``extractor/``, ``markers/``, ``vae/``, ``unet/``, ...); a :class:`JobError` names ``command`` otherwise."""
     from mlcore.errors import JobError
 
-    if not (CHECKPOINT / "manifest.json").is_file():
-        raise JobError("The zoo has no checkpoint for 'molm-tiny'; train it with `python -m mlcore.zoo.molm train`.")
+    if not (folder / "manifest.json").is_file():
+        raise JobError(f"The zoo has no checkpoint for {name!r}; train it with `{command}`.")
     try:
-        manifest = verify(CHECKPOINT)
+        manifest = verify(folder)
     except ValueError as exc:
         raise JobError(str(exc)) from None
-    for name in manifest["files"]:
-        (target / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(CHECKPOINT / name, target / name)
+    for file in manifest["files"]:
+        (target / file).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(folder / file, target / file)
+
+
+def build_molm_tiny(target: Path) -> None:
+    """Zoo builder: the verified committed checkpoint, copied."""
+    copy_markers_folder("molm-tiny", CHECKPOINT, "python -m mlcore.zoo.molm train", target)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

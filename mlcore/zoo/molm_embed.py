@@ -264,8 +264,11 @@ def write_export(
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(base, target, ignore=shutil.ignore_patterns("manifest.json", *models))
+    from mlcore.uploads import forget_source_paths
+
     for part, save in models.items():
         save(target / part)
+    forget_source_paths(target)  # diffusers records where each model was loaded from: a path of this machine
     card_path = target / "card.json"
     card_path.write_text(json.dumps(card(json.loads(card_path.read_text())), indent=1))
     shutil.copy2(train_log[0], target / train_log[1])
@@ -292,7 +295,9 @@ def write_manifest(target: Path, name: str, command: str, log: Any) -> Path:
     """``manifest.json``: the recipe's name, command and the sha256 of every file of the export."""
     files = {str(p.relative_to(target)): _sha256(p) for p in sorted(target.rglob("*")) if p.is_file()}
     (target / "manifest.json").write_text(json.dumps({"name": name, "command": command, "files": files}, indent=1))
-    log({"stage": "export", "target": str(target)})
+    # Relative to the repository (or the folder's name): the log is committed with the checkpoint.
+    shown = target.resolve().relative_to(ROOT) if target.resolve().is_relative_to(ROOT) else target.name
+    log({"stage": "export", "target": str(shown)})
     return target
 
 

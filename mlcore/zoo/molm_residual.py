@@ -54,6 +54,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -335,27 +336,12 @@ def export(
     log: Any,
 ) -> Path:
     """molm-tiny's generator with the trained markers and extractor, card, log, RECIPE.md and manifest."""
-    from mlcore.watermark import embed
-    from mlcore.watermark.embed_train import held_out_photos, photo_readback
-
-    def measure() -> dict[str, Any]:
-        embed.forget_tile_bias(bundle.extractor)
-        images = held_out_photos(recipe.export_photos, seed=recipe.readback_seed)
-        return photo_readback(
-            bundle, {"joint": bundle.extractor}, images, seed=recipe.readback_seed, target_psnr=recipe.readback_psnr
-        )
-
     # One work folder can be exported with several readers (the fixed grid, a secret offset): each its own read-back.
     name = f"readback-{recipe.grid_offset}.json" if recipe.grid_offset else "readback.json"
-    readback = cached_readback(workdir, measure, log, name=name)
+    readback = cached_readback(workdir, photo_readback_of(bundle, recipe, "joint"), log, name=name)
 
     def with_training(card: dict[str, Any]) -> dict[str, Any]:
-        card["training"] = {
-            **card.get("training", {}),
-            "shift_scale": 0.0,
-            "linear_readout": bundle.extractor.readout is not None,
-            "embed_grid_offset": recipe.grid_offset or "fixed",
-        }
+        card["training"] = no_shift_training(card, bundle, recipe.grid_offset or "fixed")
         card["residual_training"] = {
             "recipe": recipe.describe(),
             "command": COMMAND,
@@ -367,10 +353,7 @@ def export(
     return write_export(
         base,
         target,
-        models={
-            "markers": lambda folder: bundle.markers.to("cpu").save_pretrained(folder),
-            "extractor": lambda folder: bundle.extractor.to("cpu").save_pretrained(folder),
-        },
+        models=trained_parts(bundle),
         card=with_training,
         train_log=(workdir / "train_log.jsonl", "residual_train_log.jsonl"),
         recipe_md=recipe_markdown(recipe, history, readback),
@@ -378,6 +361,41 @@ def export(
         command=COMMAND,
         log=log,
     )
+
+
+def photo_readback_of(bundle: Any, recipe: Any, reader: str) -> Callable[[], dict[str, Any]]:
+    """What an export records of whole photos: ``recipe.export_photos`` held-out photos marked at
+    ``recipe.readback_psnr`` and read back by the bundle's extractor (named ``reader`` in the result)."""
+
+    def measure() -> dict[str, Any]:
+        from mlcore.watermark import embed
+        from mlcore.watermark.embed_train import held_out_photos, photo_readback
+
+        embed.forget_tile_bias(bundle.extractor)  # its leaning was last estimated on the training weights
+        images = held_out_photos(recipe.export_photos, seed=recipe.readback_seed)
+        return photo_readback(
+            bundle, {reader: bundle.extractor}, images, seed=recipe.readback_seed, target_psnr=recipe.readback_psnr
+        )
+
+    return measure
+
+
+def trained_parts(bundle: Any) -> dict[str, Callable[[Path], None]]:
+    """The savers :func:`~mlcore.zoo.molm_embed.write_export` writes a bundle's trained parts with."""
+    return {
+        "markers": lambda folder: bundle.markers.to("cpu").save_pretrained(folder),
+        "extractor": lambda folder: bundle.extractor.to("cpu").save_pretrained(folder),
+    }
+
+
+def no_shift_training(card: dict[str, Any], bundle: Any, grid_offset: str) -> dict[str, Any]:
+    """The card's ``training`` entry for markers trained without the bias shift, read as ``grid_offset`` says."""
+    return {
+        **card.get("training", {}),
+        "shift_scale": 0.0,
+        "linear_readout": bundle.extractor.readout is not None,
+        "embed_grid_offset": grid_offset,
+    }
 
 
 def recipe_markdown(recipe: ResidualRecipe, history: list[dict[str, Any]], readback: dict[str, Any]) -> str:

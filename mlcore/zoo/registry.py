@@ -55,6 +55,19 @@ MODELS: tuple[BuiltinItem, ...] = (
         stamp="mlcore/zoo/checkpoints/molm/manifest.json",
     ),
     BuiltinItem(
+        name="molm-photo",
+        kind="watermark-markers",
+        title="MOLM markers for photos (48-bit keys, secret phase)",
+        description=(
+            "molm-tiny's generator with MOLM markers (its LoRA adapters without the bias shift) and an extractor "
+            "trained together on residual-marked photos; each mark is laid at a secret phase of the tile grid, so "
+            "averaging marked images forges nothing (python -m mlcore.zoo train molm-photo)."
+        ),
+        builder="mlcore.zoo.molm_photo:build_molm_photo",
+        card={"num_bits": 48, "P": 8, "image_size": 32, "recipe": "molm-photo"},
+        stamp="mlcore/zoo/checkpoints/molm-photo/manifest.json",
+    ),
+    BuiltinItem(
         name="pointmoe-synmix",
         kind="pointcloud-segmenter",
         title="Point-MoE PTv3-lite segmenter (SynMix rooms and streets)",

@@ -49,9 +49,18 @@ def wait_seconds() -> float:
     return float(_get("PORTAL_WAIT_SECONDS", env_int("MOELAB_PORTAL_WAIT_SECONDS", 15)))
 
 
-def extractor() -> str:
-    """The extractor verify workers load: a zoo reference (``zoo:molm-tiny``) or a directory."""
-    return str(_get("WATERMARK_EXTRACTOR", env_str("MOELAB_WATERMARK_EXTRACTOR", "zoo:molm-tiny")))
+#: The zoo's two sets of markers: the generator's (32-pixel images) and the photos' (``watermark-embed``).
+DEFAULT_EXTRACTORS = "zoo:molm-tiny,zoo:molm-photo"
+
+
+def extractors() -> list[str]:
+    """The extractors verify workers load, each a zoo reference (``zoo:molm-tiny``) or a directory;
+    ``MOELAB_WATERMARK_EXTRACTOR`` separates them with commas."""
+    value = str(_get("WATERMARK_EXTRACTOR", env_str("MOELAB_WATERMARK_EXTRACTOR", DEFAULT_EXTRACTORS)))
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    if not names:
+        raise ValueError("MOELAB_WATERMARK_EXTRACTOR is empty: name at least one extractor")
+    return names
 
 
 def key_bits() -> int:

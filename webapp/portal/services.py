@@ -147,13 +147,13 @@ def keyring_records(
 
 def keyring_bytes(team_id: int | None) -> bytes:
     """The ``keyring:platform`` dataset a ``watermark-verify`` job of ``team_id`` searches: other
-    teams' keys may be matched by the platform's extractor only (``foreign_extractors``)."""
+    teams' keys may be matched by the platform's extractors only (``foreign_extractors``)."""
     from mlcore.watermark.disclosure import extractor_fingerprint
-    from webapp.portal.verifier import extractor_path
+    from webapp.portal.verifier import extractor_paths
 
     return keylib.keyring_payload(
         keyring_records(own_team_ids={team_id} if team_id is not None else set()),
-        foreign_extractors=[extractor_fingerprint(extractor_path())],
+        foreign_extractors=[extractor_fingerprint(folder) for folder in extractor_paths()],
     )
 
 

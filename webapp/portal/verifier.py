@@ -1,7 +1,8 @@
 """The verify worker's side of a portal check (``workers/verify.py`` calls :func:`answer`).
 
-The extractor is loaded once per worker process and kept (``cached_extractor``); each check reads
-the registry afresh, so a key created a second ago is already searched.
+The extractors are loaded once per worker process and kept (``cached_extractor``); each check reads
+the registry afresh, so a key created a second ago is already searched. Every image is read by
+each configured extractor, the match corrected for all of them (:mod:`mlcore.watermark.readers`).
 """
 
 from __future__ import annotations
@@ -10,39 +11,57 @@ import base64
 import binascii
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
 from webapp.portal import conf
 from webapp.portal.models import VerifyRequest, WatermarkKey
 
+if TYPE_CHECKING:
+    from mlcore.watermark.extractor import Extractor
+
 log = logging.getLogger(__name__)
 
 
-def extractor_path() -> Path:
-    """The folder named by ``MOELAB_WATERMARK_EXTRACTOR``: a zoo item (built on first use) or a path."""
+def extractor_paths() -> list[Path]:
+    """The folders named by ``MOELAB_WATERMARK_EXTRACTOR`` (comma-separated): zoo items (built on first
+    use) or paths, in the order given."""
     from mlcore.catalog import materialize
     from mlcore.jobs.references import builtin_items
 
-    reference = conf.extractor()
-    item = builtin_items().get(reference.removeprefix("zoo:"))
-    if item is not None:
-        return materialize(item)
-    path = Path(reference).expanduser()
-    if path.is_dir():
-        return path
-    raise RuntimeError(
-        f"MOELAB_WATERMARK_EXTRACTOR={reference!r} is neither a built-in model nor a folder; "
-        "set it to zoo:molm-tiny or a watermark-markers folder."
-    )
+    items = builtin_items()
+    folders = []
+    for reference in conf.extractors():
+        item = items.get(reference.removeprefix("zoo:"))
+        path = Path(reference).expanduser()
+        if item is not None:
+            folders.append(materialize(item))
+        elif path.is_dir():
+            folders.append(path)
+        else:
+            raise RuntimeError(
+                f"MOELAB_WATERMARK_EXTRACTOR names {reference!r}, which is neither a built-in model nor a folder; "
+                "name zoo:molm-tiny, zoo:molm-photo or watermark-markers folders, separated by commas."
+            )
+    return folders
+
+
+def extractors() -> list[Extractor]:
+    """Every configured extractor, loaded once per process; a ``ValueError`` when their key lengths differ."""
+    from mlcore.watermark.readers import same_bits
+    from mlcore.watermark.verification import cached_extractor
+
+    loaded = [cached_extractor(folder) for folder in extractor_paths()]
+    same_bits(loaded)
+    return loaded
 
 
 def warm_up() -> None:
-    """Load the extractor into this process's cache (``workers.verify`` calls it as a child starts)."""
-    from mlcore.watermark.verification import cached_extractor
-
-    cached_extractor(extractor_path())
-    log.info("verify: the watermark extractor is loaded and waiting for checks")
+    """Load the extractors into this process's cache (``workers.verify`` calls it as a child starts)."""
+    n = len(extractors())
+    loaded = "the watermark extractor is" if n == 1 else f"the {n} watermark extractors are"
+    log.info("verify: %s loaded and waiting for checks", loaded)
 
 
 def answer(request_id: str, images: list[str], only_teams: list[int] | None = None) -> str:
@@ -50,7 +69,8 @@ def answer(request_id: str, images: list[str], only_teams: list[int] | None = No
     only what ``webapp.portal.services.view_for`` allows. ``only_teams``: search those teams' keys only."""
     from mlcore.watermark.disclosure import rests_on_public_weights
     from mlcore.watermark.keys import InvalidKey
-    from mlcore.watermark.verification import BadImage, cached_extractor, open_image, verify
+    from mlcore.watermark.readers import verify_all
+    from mlcore.watermark.verification import BadImage, open_image
     from webapp.portal.services import keyring_records
 
     pending = VerifyRequest.objects.filter(pk=request_id, answered_at__isnull=True)
@@ -65,9 +85,8 @@ def answer(request_id: str, images: list[str], only_teams: list[int] | None = No
             keys = keyring_records()
         else:
             keys = keyring_records(own_team_ids=set(only_teams), only_teams=True)
-        folder = extractor_path()
-        matches, thresholds = verify(
-            cached_extractor(folder), decoded, keys, fpr=conf.fpr(), suspicious_fpr=conf.suspicious_fpr()
+        matches, thresholds = verify_all(
+            extractors(), decoded, keys, fpr=conf.fpr(), suspicious_fpr=conf.suspicious_fpr()
         )
     except (BadImage, InvalidKey, binascii.Error) as exc:
         pending.update(error=str(exc), answered_at=timezone.now())
@@ -81,7 +100,8 @@ def answer(request_id: str, images: list[str], only_teams: list[int] | None = No
     teams = dict(WatermarkKey.objects.values_list("public_id", "team_id"))
     result = {
         "thresholds": thresholds.describe(),
-        "public_weights": rests_on_public_weights(folder),  # its files are hashed once per process
+        # Any public reader: a verdict may rest on it (the files are hashed once per process).
+        "public_weights": any(rests_on_public_weights(folder) for folder in extractor_paths()),
         "images": [{**m.describe(), "team_id": teams.get(m.key.id) if m.key is not None else None} for m in matches],
     }
     pending.update(result=result, answered_at=timezone.now())

@@ -62,7 +62,20 @@ def test_more_keys_searched_need_more_matching_bits() -> None:
         "suspicious_fpr": 1e-2,
         "detect_bits": 41,
         "suspicious_bits": threshold_bits(48, 1000, 1e-2),
+        "readers": 1,
     }
+
+
+def test_keys_read_by_several_extractors_are_corrected_for_every_pair_searched() -> None:
+    # 500 keys through 2 extractors is a search over 1000 pairs: the threshold of 1000 keys.
+    assert Thresholds.for_keyring(48, 500, readers=2).detect_bits == threshold_bits(48, 1000, 1e-3)
+    (one,), _ = match_images(_probs(_flip(KEY_A, 8)), RING)
+    (three,), thresholds = match_images(_probs(_flip(KEY_A, 8)), RING, readers=3)
+    assert three.p_value == one.p_value
+    assert three.p_corrected == pytest.approx(3 * len(RING) * one.p_value)
+    assert thresholds.readers == 3 and thresholds.num_keys == len(RING)
+    with pytest.raises(ValueError, match="at least one reader"):
+        Thresholds.for_keyring(48, 1, readers=0)
 
 
 def test_an_image_carrying_a_key_is_detected_and_attributed() -> None:

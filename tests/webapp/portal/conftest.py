@@ -15,16 +15,26 @@ from webapp.portal.crypto import seal
 from webapp.portal.models import WatermarkKey
 
 
-@pytest.fixture(scope="session")
-def extractor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _tiny_extractor(tmp_path_factory: pytest.TempPathFactory, name: str, seed: int) -> Path:
     import torch
 
     from mlcore.watermark.extractor import Extractor
 
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("molm") / "extractor"
+    torch.manual_seed(seed)
+    folder = tmp_path_factory.mktemp(name) / "extractor"
     Extractor(num_bits=48, image_size=32, channels=(8, 8, 8), head_channels=8, hidden=32).save_pretrained(folder)
     return folder.parent
+
+
+@pytest.fixture(scope="session")
+def extractor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tiny_extractor(tmp_path_factory, "molm", 0)
+
+
+@pytest.fixture(scope="session")
+def second_extractor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another extractor of the same key length (other weights): the portal reads with both."""
+    return _tiny_extractor(tmp_path_factory, "photo", 1)
 
 
 @pytest.fixture(autouse=True)
