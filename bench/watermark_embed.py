@@ -98,6 +98,7 @@ FORGE_FPR = 0.01
 ZOO_LABEL = "MOLM embed (zoo molm-tiny: adapters + bias shift, ablation)"
 TUNED_LABEL = "MOLM embed (zoo markers with shift, extractor fine-tuned on residuals)"
 JOINT_LABEL = "MOLM embed, markers and extractor trained on residuals (no shift)"
+PHOTO_LABEL = "MOLM embed, zoo molm-photo (the shipped default: no shift, secret phase + template search)"
 
 
 def named_crops(n: int, seed: int = 0) -> list[tuple[str, np.ndarray]]:
@@ -139,6 +140,9 @@ def molm_folders() -> dict[str, Path]:
     import os
 
     folders = {ZOO_LABEL: ROOT / "mlcore" / "zoo" / "checkpoints" / "molm"}
+    photo = ROOT / "mlcore" / "zoo" / "checkpoints" / "molm-photo"
+    if (photo / "manifest.json").is_file():
+        folders[PHOTO_LABEL] = photo
     tuned = ROOT / "var" / "zoo" / "molm-embed" / "markers"
     # The recipes write their manifest last, once the trained models are exported.
     if (tuned / "manifest.json").is_file() and (tuned / "extractor" / "config.json").is_file():
@@ -181,7 +185,8 @@ def molm_rows(folder: Path, images: list[np.ndarray], seed: int, *, held: list[b
     """PSNR and bits after each attack on ``images``; ``held`` flags the crops of held-out photos (reported apart)."""
     from mlcore.watermark.pipeline import load_bundle
 
-    return embed_rows(load_bundle(folder), images, seed, held=held)
+    # Seeded phases (a secret-phase folder's; the fixed grid draws none): a rerun lays the same marks.
+    return embed_rows(load_bundle(folder), images, seed, held=held, offset_rng=np.random.default_rng(OFFSET_SEED))
 
 
 def embed_rows(
@@ -276,7 +281,8 @@ def forgery(
     """The averaging forgery against one markers folder (see the module docstring); rates with 95 % intervals."""
     from mlcore.watermark.pipeline import load_bundle
 
-    return bundle_forgery(load_bundle(folder), sources, own_clean, targets, seed)
+    offsets = np.random.default_rng(OFFSET_SEED + 1)
+    return bundle_forgery(load_bundle(folder), sources, own_clean, targets, seed, offset_rng=offsets)
 
 
 def bundle_forgery(

@@ -109,16 +109,18 @@ says whether the reader was taught this kind of mark.
 markers (48-bit keys; the paper's key-routed LoRA adapters on a 32-pixel VAE, without the bias shift
 of the demo generator's markers) and an extractor, trained together on photos marked exactly as this
 job marks them (`python -m mlcore.zoo train molm-photo`). Each photo's mark is laid at a fresh secret
-phase of the tile grid, which the reader finds by a template search before it reads: the marks of
-different photos do not line up, so averaging many marked photos forges nothing (measured in
-bench/results/watermark-embed.md). On 12 held-out photos marked at 38 dB the portal's reader gets
-back 74 % of the key's bits (57 % after JPEG-75, 59 % after halving the size), where 50 % is a guess
-and detection needs 36 of 48 bits (75 %) at the default 0.1 % false-positive rate: so **the mark is
-detected in about two photos of three, and rarely after JPEG or resizing**. The self-check tells you
-which of your files read. The targets (95 % of the bits after JPEG-75 and after a 0.5 resize at
-38 dB) are not met; a lower target PSNR makes the mark stronger. zoo:molm-tiny (the demo
-generator's markers) can still be picked: its extractor never learnt to read marks on photos, which
-it reads at chance.
+phase of the tile grid, which the reader finds by a template search before it reads, so the marks of
+different photos do not line up. Measured on 120 crops (256–640 px) of the photos scikit-image and
+scikit-learn ship, marked at 38 dB (bench/results/watermark-embed.md): the reader gets back 69 % of
+the key's bits (56 % after JPEG-75, 60 % after halving the size), where 50 % is a guess; on 320-px
+photos 96 % of the marks are detected at a 1 % false-positive rate. Averaging marked photos to forge
+the mark on clean ones succeeds in 2–4 % of tries with 100 photos or without the originals, and in
+6.6 % with 10 marked photos and their originals (the goal is at most 5 %). The job's self-check uses
+the portal's stricter 0.1 % rate (36 of 48 bits): expect the mark to be detected in most photos as
+written, and rarely after JPEG or resizing. The targets (95 % of the bits after JPEG-75 and after a
+0.5 resize at 38 dB) are not met; a lower target PSNR makes the mark stronger. zoo:molm-tiny (the
+demo generator's markers) can still be picked: its extractor never learnt to read marks on photos,
+which it reads at chance.
 
 **Caveats.** A lower target PSNR makes the mark stronger and easier to read after JPEG or
 resizing, and more visible. With the public zoo markers (zoo:molm-photo, zoo:molm-tiny) anyone can read the mark.

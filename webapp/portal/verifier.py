@@ -47,12 +47,13 @@ def extractor_paths() -> list[Path]:
     return folders
 
 
-def extractors() -> list[Extractor]:
-    """Every configured extractor, loaded once per process; a ``ValueError`` when their key lengths differ."""
+def extractors(folders: list[Path] | None = None) -> list[Extractor]:
+    """The extractors of ``folders`` (default: every configured one), loaded once per process; a
+    ``ValueError`` when their key lengths differ."""
     from mlcore.watermark.readers import same_bits
     from mlcore.watermark.verification import cached_extractor
 
-    loaded = [cached_extractor(folder) for folder in extractor_paths()]
+    loaded = [cached_extractor(folder) for folder in folders or extractor_paths()]
     same_bits(loaded)
     return loaded
 
@@ -85,8 +86,9 @@ def answer(request_id: str, images: list[str], only_teams: list[int] | None = No
             keys = keyring_records()
         else:
             keys = keyring_records(own_team_ids=set(only_teams), only_teams=True)
+        folders = extractor_paths()
         matches, thresholds = verify_all(
-            extractors(), decoded, keys, fpr=conf.fpr(), suspicious_fpr=conf.suspicious_fpr()
+            extractors(folders), decoded, keys, fpr=conf.fpr(), suspicious_fpr=conf.suspicious_fpr()
         )
     except (BadImage, InvalidKey, binascii.Error) as exc:
         pending.update(error=str(exc), answered_at=timezone.now())
@@ -101,7 +103,7 @@ def answer(request_id: str, images: list[str], only_teams: list[int] | None = No
     result = {
         "thresholds": thresholds.describe(),
         # Any public reader: a verdict may rest on it (the files are hashed once per process).
-        "public_weights": any(rests_on_public_weights(folder) for folder in extractor_paths()),
+        "public_weights": any(rests_on_public_weights(folder) for folder in folders),
         "images": [{**m.describe(), "team_id": teams.get(m.key.id) if m.key is not None else None} for m in matches],
     }
     pending.update(result=result, answered_at=timezone.now())
