@@ -39,6 +39,7 @@ augmentation before it replaces the zoo's, by :mod:`bench.pointcloud_candidates`
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import statistics
 import time
@@ -71,9 +72,10 @@ class Tier:
     steps: int
     points: int
     batch_size: int
-    #: Further trainings on the scans with their attribute: (row name, ``attribute_augment``), each
+    #: Further trainings on the scans with their attribute: (row name, ``attribute_augment``, whether the
+    #: segmenter keeps BatchNorm statistics per attribute presence, ``TrainConfig.presence_stats``), each
     #: on the first ``extra_seeds`` seeds (they judge no claim; the two trainings compared are on all).
-    extra: tuple[tuple[str, str], ...] = ()
+    extra: tuple[tuple[str, str, bool], ...] = ()
     extra_seeds: int = 0
 
     def training(self) -> dict[str, Any]:
@@ -90,9 +92,11 @@ TIERS = {
     "full": Tier(
         robustness_scans=4, seeds=18, train_scans=8, heldout_scans=3, steps=150, points=1024, batch_size=4,
         extra=(
-            ("not augmented, with attribute", "off"),
-            ("robust preset, with attribute", "robust"),
-            ("robust preset, dropout per batch, with attribute", "robust-batch"),
+            ("not augmented, with attribute", "off", False),
+            ("robust preset, with attribute", "robust", False),
+            ("robust preset, dropout per batch, with attribute", "robust-batch", False),
+            ("robust preset, dropout per batch, BatchNorm stats per presence, with attribute", "robust-batch", True),
+            ("30% dropout per batch, BatchNorm stats per presence, with attribute", "batch-30", True),
         ),
         extra_seeds=5,
     ),
@@ -398,11 +402,12 @@ def without_attributes(scans: Sequence[Any]) -> list[Any]:
 
 
 def train_case(
-    case: Case, train_scans: Sequence[Any], tier: Tier, seed: int, *, augment: str | None
+    case: Case, train_scans: Sequence[Any], tier: Tier, seed: int, *, augment: str | None, presence: bool = False
 ) -> tuple[Any, float]:
     """A Point-MoE (the job's default moe-proj layout) trained on a case's scans through the
     ``pointcloud-train`` user path: label space, :class:`~mlcore.pointcloud.user_train.UserPool`,
-    :func:`~mlcore.pointcloud.user_train.replace_datasets` (``augment`` None: the user default)."""
+    :func:`~mlcore.pointcloud.user_train.replace_datasets` (``augment`` None: the user default;
+    ``presence``: BatchNorm statistics kept per attribute presence)."""
     import torch
 
     from mlcore.pointcloud.pipeline import TrainConfig, train
@@ -418,6 +423,7 @@ def train_case(
         seed=seed,
         eval_every=0,
         attribute_augment=augment,
+        presence_stats=presence,
     )
     cfg = replace_datasets(cfg, mix(()))
     torch.manual_seed(seed)
@@ -426,14 +432,17 @@ def train_case(
     return model, result.seconds
 
 
-def run_key(case: Case, tier: Tier, training: str, augment: str | None, seed: int) -> str:
+def run_key(case: Case, tier: Tier, training: str, augment: str | None, seed: int, presence: bool = False) -> str:
     """The cache key of one training and its held-out reads: what it was trained on and how, so a
     changed preset or tier never reuses a stale run."""
     from mlcore.pointcloud import augment as aug
+    from mlcore.pointcloud.pipeline import TrainConfig
     from mlcore.pointcloud.user_train import USER_ATTRIBUTE_AUGMENT
 
     preset = aug.preset(augment or USER_ATTRIBUTE_AUGMENT)
-    settings = {"tier": tier.training(), "augment": None if preset is None else preset.to_dict()}
+    settings: dict[str, Any] = {"tier": tier.training(), "augment": None if preset is None else preset.to_dict()}
+    if presence:  # only when kept: the keys of the runs before it existed stay what they were
+        settings["presence"] = {"crops": TrainConfig.presence_crops}
     return f"case/{case.name}/{training}/{stamp(settings)}/seed{seed}"
 
 
@@ -444,23 +453,23 @@ def case_runs(case: Case, tier: Tier, cache: Store | None = None) -> list[dict[s
     space = label_space(case.classes, synmix=False)
     train_scans = case_scans(case, tier.train_scans, "train")
     held = case_scans(case, tier.heldout_scans, "heldout")
-    trainings: list[tuple[str, str | None, bool, int]] = [
-        ("augmented, with attribute", None, False, tier.seeds),
-        ("augmented, geometry only", None, True, tier.seeds),
+    trainings: list[tuple[str, str | None, bool, int, bool]] = [
+        ("augmented, with attribute", None, False, tier.seeds, False),
+        ("augmented, geometry only", None, True, tier.seeds, False),
     ]
-    trainings += [(name, augment, False, tier.extra_seeds or tier.seeds) for name, augment in tier.extra]
+    trainings += [(name, augment, False, tier.extra_seeds or tier.seeds, kept) for name, augment, kept in tier.extra]
     runs = []
     for seed in range(tier.seeds):
-        for training, augment, blind, seeds in trainings:
+        for training, augment, blind, seeds, kept in trainings:
             if seed >= seeds:
                 continue
-            key = run_key(case, tier, training, augment, seed)
+            key = run_key(case, tier, training, augment, seed, kept)
             cached = cache.get(key) if cache is not None else None
             if cached is not None:
                 runs.append(cached)
                 continue
             scans = without_attributes(train_scans) if blind else train_scans
-            model, seconds = train_case(case, scans, tier, seed, augment=augment)
+            model, seconds = train_case(case, scans, tier, seed, augment=augment, presence=kept)
             row: dict[str, Any] = {"case": case.name, "seed": seed, "training": training, "train_seconds": seconds}
             settings = [("geometry only", without_attributes(held))]
             if not blind:
@@ -559,9 +568,15 @@ def report(result: dict[str, Any]) -> str:
     ]
     for name, rows in result["robustness"].items():
         lines += [f"### {name}", ""]
-        command = result.get("segmenters", {}).get(name, {}).get("command")
-        if command:
-            lines += [f"Trained by `{command}`.", ""]
+        info = result.get("segmenters", {}).get(name, {})
+        if info.get("command"):
+            lines += [f"Trained by `{info['command']}`.", ""]
+        if info.get("carried_over"):
+            lines += [
+                f"Carried over from the report written {info['carried_over']}: this segmenter's folder "
+                f"({info.get('folder')}) is not on this machine (candidates live in the gitignored var/).",
+                "",
+            ]
         for kind, modes in (("colour", CAMERA_MODES), ("intensity", LIDAR_MODES)):
             mine = [r for r in rows if r["carries"] == kind]
             if not mine:
@@ -637,6 +652,24 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def carry_robustness(out: dict[str, Any], previous: Path, tier_name: str) -> None:
+    """Part 1's rows of segmenters the last report of this tier measured but this run cannot (their
+    folders are not here), marked as carried over, so a run on another machine keeps them."""
+    try:
+        last = json.loads(previous.read_text())
+    except (OSError, ValueError):
+        return
+    if (last.get("tier") or {}).get("name") != tier_name:
+        return
+    when = last.get("written_at") or "earlier"
+    for name, rows in (last.get("robustness") or {}).items():
+        if name in out["robustness"]:
+            continue
+        out["robustness"][name] = rows
+        info = (last.get("segmenters") or {}).get(name, {})
+        out.setdefault("segmenters", {})[name] = {**info, "carried_over": info.get("carried_over", when)}
+
+
 def run(tier_name: str, results: Path) -> None:
     import torch
 
@@ -670,6 +703,7 @@ def run(tier_name: str, results: Path) -> None:
             "command": card.get("command"),
             "train": (card.get("recipe") or {}).get("train"),
         }
+    carry_robustness(out, results / "pointcloud-attributes.json", tier_name)
     for case in CASES.values():
         runs = case_runs(case, tier, cache)
         out["cases"][case.name] = runs

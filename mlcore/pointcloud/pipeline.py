@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from mlcore.pointcloud import augment
+from mlcore.pointcloud import augment, presence
 from mlcore.pointcloud.datasets import (
     FEATURES,
     IGNORE,
@@ -58,6 +58,8 @@ from mlcore.pointcloud.sensors import Scan
 from mlcore.train import warmup_cosine
 
 FORMAT = "moelab-pointcloud-segmenter"
+#: BatchNorm statistics per attribute presence (:mod:`mlcore.pointcloud.presence`), when kept.
+PRESENCE_FILE = "presence_stats.safetensors"
 GRIDS = {"indoor": 0.04, "outdoor": 0.1}
 #: ``TrainConfig.height`` choices, and the feature channel they set.
 HEIGHTS = ("crop", "scan")
@@ -173,6 +175,10 @@ class TrainConfig:
     #: The share of each LiDAR dataset's training scans that are surveys (:func:`survey_loader`); 0:
     #: single scans only, as every recipe so far.
     surveys: float = 0.0
+    #: Once trained, keep BatchNorm statistics per attribute-presence pattern, estimated on
+    #: ``presence_crops`` training crops (:mod:`mlcore.pointcloud.presence`); off: the statistics as trained.
+    presence_stats: bool = False
+    presence_crops: int = 64
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -347,8 +353,30 @@ def train(
         if stop:
             break
     result.seconds = time.perf_counter() - start
+    if cfg.presence_stats and result.steps == cfg.steps:
+        model.presence_stats = presence_statistics(model, cfg, pool, height, device)
     model.eval()
     return result
+
+
+def presence_statistics(
+    model: PTv3, cfg: TrainConfig, pool: ScanPool, height: str, device: torch.device | str
+) -> presence.Statistics:
+    """:func:`mlcore.pointcloud.presence.calibrate` on ``cfg.presence_crops`` training crops, drawn as
+    training draws them (the datasets in turn, heights as trained) but neither augmented nor re-mapped:
+    what inference sees. Its own random stream, so a run with it draws the same training crops."""
+    rng = np.random.default_rng((cfg.seed, 71))
+    crops = []
+    for i in range(cfg.presence_crops):
+        sample = pool.draw(cfg.datasets[i % len(cfg.datasets)], rng, cfg.points)
+        if height == "scan":
+            sample.feat[:, HEIGHT] += sample.rise
+        crops.append(sample)
+
+    def forward(samples: list[Sample]) -> None:
+        model(collate(samples, device, domains=model.cfg.domains)[0])
+
+    return presence.calibrate(model, crops, forward, batch_size=cfg.batch_size)
 
 
 @torch.no_grad()
@@ -360,7 +388,8 @@ def _scan_prediction(
     model.eval()
     sample, where = prepare(scan, spec, points=None, rng=None, augment=False)
     points, _, allowed = collate([sample], device, domains=model.cfg.domains)
-    logits = model(points)
+    with presence.statistics(model, presence.pattern_of(sample.feat)):
+        logits = model(points)
     pred = restrict_logits(logits, allowed).argmax(-1).cpu().numpy()[where]
     routing = [r.cpu().numpy()[where] for r in model.point_routing()] if model.cfg.is_moe else []
     return pred, routing, torch.isfinite(logits).all(-1).cpu().numpy()[where]
@@ -440,6 +469,14 @@ def save_segmenter(model: PTv3, folder: Path, *, card: dict[str, Any] | None = N
         "grids": GRIDS,
         "card": card or {},
     }
+    stats = getattr(model, "presence_stats", None)
+    if stats:
+        # fp32, unlike the weights: a few kB, and these are the statistics the scans are read with.
+        flat = {
+            f"{pattern}/{key}": t.float().contiguous().cpu() for pattern, ts in stats.items() for key, t in ts.items()
+        }
+        save_file(flat, str(folder / PRESENCE_FILE))
+        config["presence_stats"] = sorted(stats)
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     return folder
 
@@ -487,7 +524,33 @@ def load_segmenter(folder: Path, *, device: torch.device | str = "cpu") -> tuple
         model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     except Exception as exc:
         raise SegmenterError(f"model.safetensors does not match config.json: {_first(exc)}") from None
+    if config.get("presence_stats"):
+        model.presence_stats = _presence_stats(folder, model, config["presence_stats"])
     return model.to(device).eval(), config
+
+
+def _presence_stats(folder: Path, model: PTv3, patterns: Any) -> presence.Statistics:
+    """The BatchNorm statistics per presence pattern that config.json says the segmenter keeps."""
+    from safetensors.torch import load_file
+
+    path = folder / PRESENCE_FILE
+    if not path.is_file():
+        raise SegmenterError(f"config.json names presence statistics but {PRESENCE_FILE} is missing")
+    try:
+        flat = load_file(str(path))
+    except Exception as exc:
+        raise SegmenterError(f"{PRESENCE_FILE} cannot be read ({_first(exc)})") from None
+    stats: presence.Statistics = {}
+    for name, tensor in flat.items():
+        pattern, _, key = name.partition("/")
+        stats.setdefault(pattern, {})[key] = tensor.float()
+    try:
+        if sorted(stats) != sorted(patterns):
+            raise ValueError(f"it holds {', '.join(sorted(stats)) or 'none'}, config.json names {', '.join(patterns)}")
+        presence.check(model, stats)
+    except (ValueError, TypeError) as exc:
+        raise SegmenterError(f"{PRESENCE_FILE} does not match the segmenter: {_first(exc)}") from None
+    return stats
 
 
 def _first(exc: Exception) -> str:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from mlcore.heap import HeapTrimmer
+from mlcore.pointcloud import presence
 from mlcore.pointcloud.datasets import ground_level, point_features
 from mlcore.pointcloud.ptv3 import LOCAL_ROOT_BITS, PointBatch, PTv3, restrict_logits
 
@@ -203,21 +204,23 @@ def segment_cloud(
             return
         run(window, core)
 
-    if len(vox) <= chunk_points:
-        run(np.arange(len(vox)), np.ones(len(vox), bool))
-    else:
-        lo, hi = vox[:, :2].min(0), vox[:, :2].max(0) + 1e-6
-        size = float(max(hi - lo)) * min(1.0, np.sqrt(0.5 * chunk_points / len(vox)))
-        for x0 in np.arange(lo[0], hi[0], size):
-            for y0 in np.arange(lo[1], hi[1], size):
-                near = np.flatnonzero(
-                    (vox[:, 0] >= x0 - margin)
-                    & (vox[:, 0] < x0 + size + margin)
-                    & (vox[:, 1] >= y0 - margin)
-                    & (vox[:, 1] < y0 + size + margin)
-                )
-                if len(near):
-                    tile(float(x0), float(y0), size, near)
+    # The BatchNorm statistics of the attributes this scan carries, when the segmenter keeps them per pattern.
+    with presence.statistics(model, presence.pattern_of(feats)):
+        if len(vox) <= chunk_points:
+            run(np.arange(len(vox)), np.ones(len(vox), bool))
+        else:
+            lo, hi = vox[:, :2].min(0), vox[:, :2].max(0) + 1e-6
+            size = float(max(hi - lo)) * min(1.0, np.sqrt(0.5 * chunk_points / len(vox)))
+            for x0 in np.arange(lo[0], hi[0], size):
+                for y0 in np.arange(lo[1], hi[1], size):
+                    near = np.flatnonzero(
+                        (vox[:, 0] >= x0 - margin)
+                        & (vox[:, 0] < x0 + size + margin)
+                        & (vox[:, 1] >= y0 - margin)
+                        & (vox[:, 1] < y0 + size + margin)
+                    )
+                    if len(near):
+                        tile(float(x0), float(y0), size, near)
     t2 = time.perf_counter()
     out = labels[inverse]
     return Segmentation(

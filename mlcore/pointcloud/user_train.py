@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mlcore.pointcloud import presence
 from mlcore.pointcloud.datasets import IGNORE, DatasetSpec, get_dataset, grid_sample, point_features
 from mlcore.pointcloud.pipeline import Sample, ScanPool, confusion, prepare, save_segmenter
 from mlcore.pointcloud.ptv3 import PointBatch, PTv3, restrict_logits
@@ -139,16 +140,19 @@ def predict(model: PTv3, scan: Scan, allowed: np.ndarray, voxel: float, *, devic
     order = np.argsort(vox[:, 0], kind="stable")
     pred = np.zeros(len(vox), np.int64)
     mask = torch.from_numpy(allowed).to(device)
-    for start in range(0, len(order), EVAL_CHUNK):
-        idx = order[start : start + EVAL_CHUNK]
-        xyz = vox[idx]
-        feat = point_features(xyz, None if rgb is None else rgb[idx], None if intensity is None else intensity[idx])
-        coord = torch.from_numpy(((xyz - xyz.min(0)) / voxel).astype(np.float32))
-        points = PointBatch(
-            coord.to(device), torch.from_numpy(feat).to(device), torch.zeros(len(idx), dtype=torch.long, device=device)
-        )
-        logits = model(points)
-        pred[idx] = restrict_logits(logits, mask.expand(len(idx), -1)).argmax(-1).cpu().numpy()
+    with presence.statistics(model, presence.pattern_for(rgb, intensity)):
+        for start in range(0, len(order), EVAL_CHUNK):
+            idx = order[start : start + EVAL_CHUNK]
+            xyz = vox[idx]
+            feat = point_features(xyz, None if rgb is None else rgb[idx], None if intensity is None else intensity[idx])
+            coord = torch.from_numpy(((xyz - xyz.min(0)) / voxel).astype(np.float32))
+            points = PointBatch(
+                coord.to(device),
+                torch.from_numpy(feat).to(device),
+                torch.zeros(len(idx), dtype=torch.long, device=device),
+            )
+            logits = model(points)
+            pred[idx] = restrict_logits(logits, mask.expand(len(idx), -1)).argmax(-1).cpu().numpy()
     return pred[inverse]
 
 
