@@ -1,9 +1,10 @@
 """Segmenter candidates: the zoo's Point-MoE recipe with another training choice, for the studies
 that compare them with the zoo (:mod:`bench.pointcloud_attributes`, :mod:`bench.heldout_scenes`).
 
-``python -m bench.pointcloud_candidates NAME [--augment robust|balanced] [--height scan]
-[--steps N] [--scenes N] [--surveys SHARE] [--seed S]`` trains the ``pointmoe-synmix`` recipe with those changes
-into ``var/pointcloud-candidates/NAME`` (resumable from its ``state.pt``; never the zoo), evaluates
+``python -m bench.pointcloud_candidates NAME [--augment PRESET] [--height scan]
+[--steps N] [--scenes N] [--surveys SHARE] [--seed S] [--presence-stats]`` trains the ``pointmoe-synmix``
+recipe with those changes into ``var/pointcloud-candidates/NAME`` (resumable from its ``state.pt``; never
+the zoo), evaluates
 it on every dataset's validation scans as the zoo recipe does and saves a segmenter folder; name it
 in ``$MOELAB_BENCH_SEGMENTERS`` (``name=var/pointcloud-candidates/NAME``) for the studies.
 """
@@ -48,8 +49,10 @@ def train_candidate(name: str, *, changes: dict[str, Any], seed: int = 0) -> Pat
     print(json.dumps({"miou": metrics["miou"], "seconds": round(time.perf_counter() - started, 1)}), flush=True)
     described = {**recipe.describe(), "train": {**cfg.to_dict(), "datasets": list(cfg.datasets)}}
     folder = CANDIDATES / name / "segmenter"
-    flags = {"augment" if k == "attribute_augment" else k: v for k, v in changes.items()}
-    command = f"python -m bench.pointcloud_candidates {name} " + " ".join(f"--{k} {v}" for k, v in flags.items())
+    flags = {"augment" if k == "attribute_augment" else k.replace("_", "-"): v for k, v in changes.items()}
+    command = f"python -m bench.pointcloud_candidates {name} " + " ".join(
+        f"--{k}" if v is True else f"--{k} {v}" for k, v in flags.items()
+    )
     command += f" --seed {seed}"
     save_segmenter(model, folder, card={"recipe": described, "metrics": metrics, "command": command})
     return folder
@@ -64,6 +67,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scenes", type=int, default=None)
     parser.add_argument("--surveys", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--presence-stats",
+        dest="presence_stats",
+        action="store_true",
+        default=None,
+        help="keep BatchNorm statistics per attribute presence (mlcore/pointcloud/presence.py)",
+    )
     args = parser.parse_args(argv)
     changes = {k: v for k, v in vars(args).items() if k not in ("name", "seed") and v is not None}
     print(train_candidate(args.name, changes=changes, seed=args.seed))
