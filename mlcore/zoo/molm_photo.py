@@ -42,8 +42,16 @@ from pathlib import Path
 from typing import Any
 
 from mlcore.watermark.learned_baselines import BaselineTrainConfig
-from mlcore.zoo.molm_embed import EXIT_OUT_OF_TIME, OutOfTime, _logger, _save_atomic, cached_readback, write_export
-from mlcore.zoo.molm_residual import _pool, _start, no_shift_training, photo_readback_of, trained_parts
+from mlcore.zoo.molm_embed import EXIT_OUT_OF_TIME, OutOfTime, _logger, cached_readback, write_export
+from mlcore.zoo.molm_residual import (
+    _pool,
+    _start,
+    load_joint_state,
+    no_shift_training,
+    photo_readback_of,
+    save_joint_state,
+    trained_parts,
+)
 
 NAME = "molm-photo"
 COMMAND = f"python -m mlcore.zoo train {NAME}"
@@ -145,9 +153,7 @@ def train(
     resume = Resume()
     evals: list[dict[str, Any]] = []
     if state_path.is_file():
-        state = torch.load(state_path, weights_only=False)
-        markers.load_state_dict(state["markers"])
-        extractor.load_state_dict(state["extractor"])
+        state = load_joint_state(state_path, markers, extractor)
         resume = Resume(step=state["step"], optimizer_state=state["optimizer"], rows=tuple(state["rows"]))
         evals = state["evals"]
         log({"stage": "resume", "step": resume.step})
@@ -164,17 +170,7 @@ def train(
             row = {"stage": "held-out", "step": step, **held_out_bits(vae, markers, extractor, held, recipe)}
             evals.append(row)
             log(row)
-        _save_atomic(
-            {
-                "markers": {k: v.detach().cpu() for k, v in markers.state_dict().items()},
-                "extractor": {k: v.detach().cpu() for k, v in extractor.state_dict().items()},
-                "optimizer": optimizer.state_dict(),
-                "step": step,
-                "rows": rows,
-                "evals": evals,
-            },
-            state_path,
-        )
+        save_joint_state(state_path, markers, extractor, optimizer, step, rows=rows, evals=evals)
 
     if resume.step < config.steps:
         rows = train_markers(

@@ -199,6 +199,30 @@ def _start(base: Path, *, template_readout: bool, grid_offset: str | None = None
     return Bundle(generator=zoo.generator, markers=markers, extractor=extractor, card=zoo.card), zoo, markers
 
 
+def save_joint_state(path: Path, markers: Any, extractor: Any, optimizer: Any, step: int, **more: Any) -> None:
+    """A joint training's ``state.pt``: markers, extractor (on the CPU), optimizer, step and ``more``."""
+    _save_atomic(
+        {
+            "markers": {k: v.detach().cpu() for k, v in markers.state_dict().items()},
+            "extractor": {k: v.detach().cpu() for k, v in extractor.state_dict().items()},
+            "optimizer": optimizer.state_dict(),
+            "step": step,
+            **more,
+        },
+        path,
+    )
+
+
+def load_joint_state(path: Path, markers: Any, extractor: Any) -> dict[str, Any]:
+    """Load a :func:`save_joint_state` file's weights into ``markers`` and ``extractor``; the whole state."""
+    import torch
+
+    state = torch.load(path, weights_only=False)
+    markers.load_state_dict(state["markers"])
+    extractor.load_state_dict(state["extractor"])
+    return state
+
+
 def _match_energy(vae: Any, markers: Any, pool: Any, tile: int, psnr: float) -> float:
     """Scale every adapter's B so the natural residual is near the target energy (s ≈ 1 in the embed path)."""
     import torch
@@ -256,16 +280,12 @@ def train(
     state_path = workdir / "state.pt"
     start, optimizer_state, history = 0, None, []
     if state_path.is_file():
-        state = torch.load(state_path, weights_only=False)
-        markers.load_state_dict(state["markers"])
-        extractor.load_state_dict(state["extractor"])
+        state = load_joint_state(state_path, markers, extractor)
         start, optimizer_state, history = state["step"], state["optimizer"], state["history"]
         log({"stage": "resume", "step": start})
     elif init_state is not None:
         # A continuation: the weights of another run's state, a fresh optimizer and schedule.
-        state = torch.load(init_state, weights_only=False)
-        markers.load_state_dict(state["markers"])
-        extractor.load_state_dict(state["extractor"])
+        state = load_joint_state(init_state, markers, extractor)
         log({"stage": "init", "from_state": str(init_state), "its_step": state["step"]})
     else:
         factor = _match_energy(vae, markers, pool, tile, config.psnr)
@@ -280,16 +300,7 @@ def train(
         raise OutOfTime("the patch pool is cached")
 
     def checkpoint(step: int, optimizer: torch.optim.Optimizer, rows: list[dict[str, Any]]) -> None:
-        _save_atomic(
-            {
-                "markers": {k: v.detach().cpu() for k, v in markers.state_dict().items()},
-                "extractor": {k: v.detach().cpu() for k, v in extractor.state_dict().items()},
-                "optimizer": optimizer.state_dict(),
-                "step": step,
-                "history": rows,
-            },
-            state_path,
-        )
+        save_joint_state(state_path, markers, extractor, optimizer, step, history=rows)
 
     images = held_out_photos(recipe.readback_photos, seed=recipe.readback_seed) if recipe.readback_photos else []
 
