@@ -59,10 +59,22 @@ def extractors(folders: list[Path] | None = None) -> list[Extractor]:
 
 
 def warm_up() -> None:
-    """Load the extractors into this process's cache (``workers.verify`` calls it as a child starts)."""
-    n = len(extractors())
-    loaded = "the watermark extractor is" if n == 1 else f"the {n} watermark extractors are"
-    log.info("verify: %s loaded and waiting for checks", loaded)
+    """Load the extractors into this process's cache and read one blank photo with each
+    (``workers.verify`` calls it as a child starts): a photo's first read pays one-time costs (the
+    phase search's FFT plans, the allocator's first large buffers) that would otherwise land on the
+    first real check: without it the busy ``make run`` case of bench/results/watermark-latency.md had
+    4-MP checks at p95 2,591 ms (each child's first paid ~2.5 s), with it 425 ms."""
+    from PIL import Image
+
+    from mlcore.watermark.verification import decode
+
+    loaded = extractors()
+    blank = Image.new("RGB", (640, 480), (128, 128, 128))
+    for extractor in loaded:
+        decode(extractor, [blank])
+    n = len(loaded)
+    what = "the watermark extractor is" if n == 1 else f"the {n} watermark extractors are"
+    log.info("verify: %s loaded and waiting for checks", what)
 
 
 def answer(request_id: str, images: list[str], only_teams: list[int] | None = None) -> str:
