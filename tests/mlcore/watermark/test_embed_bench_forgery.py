@@ -79,3 +79,12 @@ def test_a_key_aware_reader_is_scored_and_calibrated_on_reads_for_each_key_it_ch
     assert len(set(checked)) == 10  # the forged key and nine others on the clean targets
     assert out["negatives"] == 3 * 10 and out["tau"] == 49  # every read matches: nothing can be flagged at 1 %
     assert out["fpr_forged_key"]["value"] == 0.0 and out["forged"]["N=2 with originals"]["value"] == 0.0
+
+
+def test_the_shipped_photo_markers_are_measured_whenever_their_checkpoint_is_committed(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    assert bench.PHOTO_LABEL not in bench.molm_folders()
+    photo = tmp_path / "mlcore" / "zoo" / "checkpoints" / "molm-photo"
+    photo.mkdir(parents=True)
+    (photo / "manifest.json").write_text(json.dumps({"files": {}}))
+    assert bench.molm_folders()[bench.PHOTO_LABEL] == photo
