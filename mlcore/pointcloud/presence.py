@@ -82,6 +82,21 @@ def reduced(sample: Any, attributes: Sequence[str]) -> Any:
     return replace(sample, feat=feat)
 
 
+def _buffers(norms: dict[str, nn.BatchNorm1d]) -> dict[str, Tensor]:
+    """A copy of every BatchNorm's running mean and variance, keyed ``NAME.running_mean`` / ``..._var``."""
+    return {
+        f"{n}.running_{which}": getattr(m, f"running_{which}").detach().clone()
+        for n, m in norms.items()
+        for which in ("mean", "var")
+    }
+
+
+def _load(norms: dict[str, nn.BatchNorm1d], buffers: dict[str, Tensor]) -> None:
+    for n, m in norms.items():
+        m.running_mean.copy_(buffers[f"{n}.running_mean"])
+        m.running_var.copy_(buffers[f"{n}.running_var"])
+
+
 @torch.no_grad()
 def calibrate(
     model: nn.Module, crops: Sequence[Any], forward: Callable[[list[Any]], None], *, batch_size: int
@@ -90,13 +105,13 @@ def calibrate(
     (a cumulative average over batches of ``batch_size``; ``forward(samples)`` runs the model on a
     batch). Patterns no crop carries entirely are left out. The model is left as it was found."""
     norms = batchnorms(model)
-    kept = {name: (m.running_mean.clone(), m.running_var.clone(), m.momentum) for name, m in norms.items()}
-    training = model.training
+    kept, momenta, training = _buffers(norms), {n: m.momentum for n, m in norms.items()}, model.training
+    carried = [(crop, present(crop.feat)) for crop in crops]
     out: Statistics = {}
     model.eval()
     try:
         for name, attributes in PATTERNS.items():
-            items = [reduced(c, attributes) for c in crops if all(present(c.feat)[a] for a in attributes)]
+            items = [reduced(crop, attributes) for crop, has in carried if all(has[a] for a in attributes)]
             if not items:
                 continue
             for m in norms.values():
@@ -105,17 +120,11 @@ def calibrate(
                 m.train()
             for start in range(0, len(items), batch_size):
                 forward(items[start : start + batch_size])
-            out[name] = {
-                key: tensor.detach().clone()
-                for n, m in norms.items()
-                for key, tensor in ((f"{n}.running_mean", m.running_mean), (f"{n}.running_var", m.running_var))
-            }
+            out[name] = _buffers(norms)
     finally:
+        _load(norms, kept)
         for n, m in norms.items():
-            mean, var, momentum = kept[n]
-            m.running_mean.copy_(mean)
-            m.running_var.copy_(var)
-            m.momentum = momentum
+            m.momentum = momenta[n]
         model.train(training)
     return out
 
@@ -123,12 +132,11 @@ def calibrate(
 def check(model: nn.Module, stats: Statistics) -> None:
     """A ``ValueError`` unless ``stats`` holds, for known patterns, a mean and variance of the shape of
     every BatchNorm of ``model`` (what a saved file must hold to be read with this model)."""
-    norms = batchnorms(model)
+    expected = {k: tuple(v.shape) for k, v in _buffers(batchnorms(model)).items()}
     for pattern, tensors in stats.items():
         if pattern not in PATTERNS:
             raise ValueError(f"unknown presence pattern {pattern!r}")
-        expected = {f"{n}.running_{s}": m.running_mean.shape for n, m in norms.items() for s in ("mean", "var")}
-        if {k: tuple(v.shape) for k, v in tensors.items()} != {k: tuple(v) for k, v in expected.items()}:
+        if {k: tuple(v.shape) for k, v in tensors.items()} != expected:
             raise ValueError(f"the {pattern!r} statistics do not match the model's BatchNorms")
 
 
@@ -141,13 +149,9 @@ def statistics(model: nn.Module, pattern: str) -> Iterator[None]:
         yield
         return
     norms = batchnorms(model)
-    kept = {n: (m.running_mean.clone(), m.running_var.clone()) for n, m in norms.items()}
+    kept = _buffers(norms)
     try:
-        for n, m in norms.items():
-            m.running_mean.copy_(stats[pattern][f"{n}.running_mean"])
-            m.running_var.copy_(stats[pattern][f"{n}.running_var"])
+        _load(norms, stats[pattern])
         yield
     finally:
-        for n, m in norms.items():
-            m.running_mean.copy_(kept[n][0])
-            m.running_var.copy_(kept[n][1])
+        _load(norms, kept)

@@ -42,13 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from mlcore.watermark.learned_baselines import BaselineTrainConfig
-from mlcore.zoo.molm_embed import EXIT_OUT_OF_TIME, OutOfTime, _logger, cached_readback, write_export
+from mlcore.zoo.molm_embed import EXIT_OUT_OF_TIME, OutOfTime, cached_readback, write_export
 from mlcore.zoo.molm_residual import (
-    _pool,
-    _start,
     load_joint_state,
     no_shift_training,
     photo_readback_of,
+    prepare,
     save_joint_state,
     trained_parts,
 )
@@ -137,16 +136,11 @@ def train(
     import torch
 
     from mlcore.watermark.learned_baselines import Resume, train_markers
-    from mlcore.zoo.molm import verify
 
-    started = time.perf_counter() if started is None else started
-    torch.set_num_threads(threads)
-    verify(base)
-    workdir.mkdir(parents=True, exist_ok=True)
-    log = _logger(workdir / "train_log.jsonl", started)
-    bundle, _, markers = _start(base, template_readout=True, grid_offset=GRID_OFFSET)
+    log, bundle, markers, pool, held = prepare(
+        workdir, recipe, base=base, threads=threads, started=started, template_readout=True, grid_offset=GRID_OFFSET
+    )
     vae, extractor = bundle.generator.vae, bundle.extractor
-    pool, held = _pool(workdir, recipe, vae, extractor.image_size, log)
     config = recipe.training
 
     state_path = workdir / "state.pt"

@@ -199,6 +199,31 @@ def _start(base: Path, *, template_readout: bool, grid_offset: str | None = None
     return Bundle(generator=zoo.generator, markers=markers, extractor=extractor, card=zoo.card), zoo, markers
 
 
+def prepare(
+    workdir: Path,
+    recipe: Any,
+    *,
+    base: Path,
+    threads: int,
+    started: float | None,
+    template_readout: bool,
+    grid_offset: str | None,
+) -> tuple[Any, Any, Any, Any, Any]:
+    """What a joint-training recipe starts from: its log (in ``workdir``), molm-tiny's bundle with the
+    markers to train (:func:`_start`) and the cached training and held-out patch pools (:func:`_pool`)."""
+    import torch
+
+    from mlcore.zoo.molm import verify
+
+    torch.set_num_threads(threads)
+    verify(base)
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = _logger(workdir / "train_log.jsonl", time.perf_counter() if started is None else started)
+    bundle, _, markers = _start(base, template_readout=template_readout, grid_offset=grid_offset)
+    pool, held = _pool(workdir, recipe, bundle.generator.vae, bundle.extractor.image_size, log)
+    return log, bundle, markers, pool, held
+
+
 def save_joint_state(path: Path, markers: Any, extractor: Any, optimizer: Any, step: int, **more: Any) -> None:
     """A joint training's ``state.pt``: markers, extractor (on the CPU), optimizer, step and ``more``."""
     _save_atomic(
@@ -265,16 +290,17 @@ def train(
     from mlcore.watermark import embed
     from mlcore.watermark.embed_train import held_out_photos, photo_readback
     from mlcore.watermark.residual_train import train_jointly
-    from mlcore.zoo.molm import verify
 
-    started = time.perf_counter() if started is None else started
-    torch.set_num_threads(threads)
-    verify(base)
-    workdir.mkdir(parents=True, exist_ok=True)
-    log = _logger(workdir / "train_log.jsonl", started)
-    bundle, _, markers = _start(base, template_readout=recipe.template_readout, grid_offset=recipe.grid_offset)
+    log, bundle, markers, pool, held = prepare(
+        workdir,
+        recipe,
+        base=base,
+        threads=threads,
+        started=started,
+        template_readout=recipe.template_readout,
+        grid_offset=recipe.grid_offset,
+    )
     vae, extractor, tile = bundle.generator.vae, bundle.extractor, bundle.extractor.image_size
-    pool, held = _pool(workdir, recipe, vae, tile, log)
     config = recipe.training
 
     state_path = workdir / "state.pt"
