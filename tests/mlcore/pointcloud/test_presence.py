@@ -33,9 +33,9 @@ def _buffers(model: PTv3) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
 
 
-def test_a_set_is_kept_for_every_pattern_some_training_crop_carries_and_no_other(trained):
-    # Rooms carry colour, streets intensity: no crop carries both.
-    assert sorted(trained.presence_stats) == ["colour", "intensity", "none"]
+def test_a_set_is_kept_for_every_pattern_of_attributes_the_training_crops_carry(trained):
+    # Rooms carry colour, streets intensity: a batch that kept both held both, though no crop does.
+    assert sorted(trained.presence_stats) == ["colour", "colour+intensity", "intensity", "none"]
     presence.check(trained, trained.presence_stats)
     colour, none = trained.presence_stats["colour"], trained.presence_stats["none"]
     embedding = next(k for k in colour if k.endswith("running_mean"))
@@ -55,9 +55,29 @@ def test_calibration_leaves_the_model_as_it_found_it(trained):
         trained(pipeline.collate(samples)[0])
 
     stats = presence.calibrate(trained, crops, forward, batch_size=2)
-    assert sorted(stats) == ["colour", "none"]
+    assert sorted(stats) == ["colour", "none"]  # no crop carries intensity: no set reads with it
     after = _buffers(trained)
     assert all(torch.equal(before[k], after[k]) for k in before) and not trained.training
+
+
+def test_a_pattern_is_estimated_over_the_whole_mixture_as_a_batch_that_kept_those_attributes(trained):
+    def crop(name: str, seed: int):
+        spec = pipeline.get_dataset(name)
+        return pipeline.prepare(make_scan(name, 0), spec, points=128, rng=np.random.default_rng(seed), augment=False)[0]
+
+    def forward(samples):
+        trained(pipeline.collate(samples)[0])
+
+    rooms, streets = [crop("A", 0), crop("A", 1)], [crop("C", 2), crop("C", 3)]
+    mixed = [rooms[0], streets[0], rooms[1], streets[1]]
+    stats = presence.calibrate(trained, mixed, forward, batch_size=2)
+    # "intensity": the rooms without their colour beside the streets with their intensity, as a
+    # training batch that dropped colour and kept intensity — not the streets alone.
+    by_hand = presence.calibrate(trained, [presence.reduced(c, ("intensity",)) for c in mixed], forward, batch_size=2)
+    streets_only = presence.calibrate(trained, streets, forward, batch_size=2)
+    embedding = next(k for k in stats["intensity"] if k.endswith("running_mean"))
+    assert torch.equal(stats["intensity"][embedding], by_hand["intensity"][embedding])
+    assert not torch.allclose(stats["intensity"][embedding], streets_only["intensity"][embedding])
 
 
 def test_a_scan_is_read_with_the_statistics_of_the_attributes_it_carries(trained):
@@ -92,7 +112,7 @@ def test_a_model_without_presence_statistics_reads_exactly_as_before():
 def test_the_sets_are_saved_with_the_segmenter_and_a_missing_file_is_refused(trained, tmp_path):
     folder = save_segmenter(trained, tmp_path / "seg")
     config = json.loads((folder / "config.json").read_text())
-    assert config["presence_stats"] == ["colour", "intensity", "none"]
+    assert config["presence_stats"] == ["colour", "colour+intensity", "intensity", "none"]
     loaded, _ = load_segmenter(folder)
     for pattern, tensors in trained.presence_stats.items():
         for key, tensor in tensors.items():
