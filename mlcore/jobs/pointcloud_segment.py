@@ -51,8 +51,10 @@ from mlcore.pointcloud.segmenter_classes import USER_ATTRIBUTES, SegmenterClasse
 ATTRIBUTE_CHOICES = ("auto", "xyz-only", "colour", "intensity", "colour+intensity")
 #: What ``auto`` uses, per scene kind: the attributes on which the zoo segmenter's mIoU was measured
 #: not to fall (bench/results/pointcloud-encodings.md, attribute table).
-#: Geometry alone gives the zoo model mIoU 0.27 on the sample room and 0.12 on the street; colour
-#: indoors 0.73, intensity outdoors 0.52; the other attribute adds nothing (it never saw it there).
+#: The zoo model (trained to do without either, "batch-30") gives geometry alone mIoU 0.32 on the
+#: sample room and 0.42 on the street; colour indoors 0.66, intensity outdoors 0.43. The other
+#: attribute it only ever saw synthesised there: on SynMix validation it lowers rooms' mIoU
+#: (bench/results/pointcloud-attributes.md, part 1, "+ intensity").
 AUTO_ATTRIBUTES: dict[str, tuple[str, ...]] = {"indoor": ("colour",), "outdoor": ("intensity",)}
 
 CLOUD_FORMATS = ("ply", "pcd", "xyz", "las")

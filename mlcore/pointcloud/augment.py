@@ -357,8 +357,31 @@ def robust_attributes(config: dict[str, Any]) -> tuple[str, ...] | None:
     recorded = card.get("attribute_augment")
     if recorded is None:
         recorded = ((card.get("recipe") or {}).get("train") or {}).get("attribute_augment")
-    cfg = PRESETS.get(recorded) if isinstance(recorded, str) else None
-    if cfg is None:
+    if not isinstance(recorded, str) or PRESETS.get(recorded) is None:
         return None
-    dropped = {"colour": cfg.drop_colour, "intensity": cfg.drop_intensity}
-    return tuple(a for a in ATTRIBUTES if dropped[a] > 0)
+    return dropped(recorded)
+
+
+def dropped(name: str) -> tuple[str, ...]:
+    """The attributes preset ``name`` trains some crops without: those a model trained with it has
+    learnt to do without, and the reason to keep BatchNorm statistics per presence
+    (:mod:`mlcore.pointcloud.presence`). () for "off" and "balanced"."""
+    cfg = preset(name)
+    if cfg is None:
+        return ()
+    rates = {"colour": cfg.drop_colour, "intensity": cfg.drop_intensity}
+    return tuple(a for a in ATTRIBUTES if rates[a] > 0)
+
+
+def summary(name: str) -> str:
+    """What preset ``name`` does, in a sentence for a job's log."""
+    cfg = preset(name)
+    if cfg is None:
+        return f"{name}: colour and intensity trained as the scans hold them"
+    unit = "batches" if cfg.dropout_unit == "batch" else "crops"
+    rates = {"colour": cfg.drop_colour, "intensity": cfg.drop_intensity}
+    gone = [f"{a} from {rates[a]:.0%}" for a in dropped(name)]
+    text = f"{name}: colour and intensity re-mapped as other sensors report them"
+    if not gone:
+        return text + ", never dropped (segment scans that carry what the training scans carried)"
+    return text + f"; dropped ({', '.join(gone)} of the {unit})"

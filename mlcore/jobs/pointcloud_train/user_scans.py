@@ -30,7 +30,7 @@ def metric_name(class_name: str, taken: set[str], prefix: str = "iou_") -> str:
 def run_on_user_scans(params: dict[str, Any], root: Path, ctx: JobContext) -> dict[str, Any]:
     import torch
 
-    from mlcore.jobs.pointcloud_train import SEEN, _model_config, _train_config, usage_chart
+    from mlcore.jobs.pointcloud_train import SEEN, _model_config, _train_config, attribute_log, usage_chart
     from mlcore.pointcloud.pipeline import train
     from mlcore.pointcloud.ptv3 import PTv3, parameter_counts
     from mlcore.pointcloud.user_scans import read_scan_set, split_by_content
@@ -72,13 +72,14 @@ def run_on_user_scans(params: dict[str, Any], root: Path, ctx: JobContext) -> di
     torch.manual_seed(params["seed"])
     model = PTv3(_model_config(params, num_classes=len(space.names)))
     sizes = parameter_counts(model)
-    cfg = replace_datasets(_train_config(params), mix(synmix))
+    cfg = replace_datasets(_train_config(params, user_scans=True), mix(synmix))
     if cfg.points < MIN_CROP_POINTS:
         raise JobError(f"points: crops of your scans need at least {MIN_CROP_POINTS} points.")
     ctx.log(
         f"{params['architecture']}: {sizes['total']:,} parameters ({sizes['active']:,} active per point); "
         f"voxel {params['voxel']:g} m, {cfg.batch_size} crops × {cfg.points} points per step"
     )
+    ctx.log(attribute_log(cfg))
     ctx.raise_if_cancelled()
     pool = UserPool([as_scan(s, space) for s in train_scans], space, params["voxel"], synmix, cfg.scenes)
     held_scans = [as_scan(s, space) for s in held]

@@ -5,6 +5,7 @@ from mlcore.jobs import InMemoryContext, ValidationError
 from mlcore.jobs.references import LocalResolver
 from mlcore.jobs.registry import get_kind
 from mlcore.jobs.runner import execute, prepare
+from mlcore.pointcloud.augment import robust_attributes
 from mlcore.pointcloud.pipeline import load_segmenter
 
 FAST = {"steps": 12, "scenes": 2, "eval_every": 6, "eval_scenes": 1, "batch_size": 2, "points": 512, "seed": 0}
@@ -32,6 +33,29 @@ def test_it_trains_point_moe_jointly_and_registers_a_segmenter_that_loads():
     assert registration.kind == "pointcloud-segmenter" and registration.card["architecture"] == "moe-proj"
     model, config = load_segmenter(registration.path)
     assert model.cfg.is_moe and config["card"]["datasets"] == ["A", "C"]
+
+
+def test_on_synmix_it_trains_as_the_zoo_does_robust_to_both_attributes_with_statistics_per_presence():
+    outcome, ctx = run({"architecture": "dense", "datasets": "A,C", "steps": 3, "eval_every": 0})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert any(
+        line.startswith("attribute robustness batch-30:") and "per attribute presence" in line for line in ctx.lines
+    )
+    model, config = load_segmenter(ctx.registrations[0].path)
+    assert config["card"]["attribute_augment"] == "batch-30"
+    # pointcloud-segment's attributes=auto may give it what a scan carries, and reads each with its own set.
+    assert robust_attributes(config) == ("colour", "intensity")
+    assert set(model.presence_stats) == {"none", "colour", "intensity", "colour+intensity"}
+
+
+def test_training_with_attributes_as_the_scans_hold_them_keeps_no_presence_statistics():
+    outcome, ctx = run(
+        {"architecture": "dense", "datasets": "A", "steps": 2, "eval_every": 0, "attribute_augment": "off"}
+    )
+    assert outcome.status == "succeeded", outcome.traceback
+    model, config = load_segmenter(ctx.registrations[0].path)
+    assert "presence_stats" not in config and getattr(model, "presence_stats", None) is None
+    assert robust_attributes(config) is None
 
 
 def test_the_dense_twin_trains_with_single_dataset_batches_and_has_no_usage_chart():

@@ -10,6 +10,8 @@ from mlcore.jobs import InMemoryContext
 from mlcore.jobs.references import LocalResolver
 from mlcore.jobs.registry import get_kind
 from mlcore.jobs.runner import execute, prepare
+from mlcore.pointcloud.augment import robust_attributes
+from mlcore.pointcloud.pipeline import load_segmenter
 from mlcore.pointcloud.user_samples import write_cloudcompare_ply, write_las
 
 FAST = {"steps": 2, "batch_size": 1, "points": 256, "eval_every": 0, "architecture": "dense", "seed": 0}
@@ -58,6 +60,23 @@ def test_it_trains_on_an_uploaded_zip_of_scans_and_reports_iou_per_class_on_held
     assert registered.kind == "pointcloud-segmenter"
     assert config["user"]["classes"] == ["ground", "building"]
     assert set(config["user"]["codes"]) == {"ground", "building"}
+
+
+def test_on_the_users_scans_it_trains_balanced_by_default_and_batch_30_when_asked(tmp_path):
+    archive = scans_zip(tmp_path)
+    outcome, ctx = run({}, {"scans": [archive]})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert any(line.startswith("attribute robustness balanced:") and "never dropped" in line for line in ctx.lines)
+    model, config = load_segmenter(ctx.artifacts["segmenter"].path)
+    assert robust_attributes(config) == () and getattr(model, "presence_stats", None) is None
+
+    outcome, ctx = run({"attribute_augment": "batch-30"}, {"scans": [archive]})
+    assert outcome.status == "succeeded", outcome.traceback
+    assert any("dropped (colour from 30%, intensity from 30% of the batches)" in line for line in ctx.lines)
+    model, config = load_segmenter(ctx.artifacts["segmenter"].path)
+    assert robust_attributes(config) == ("colour", "intensity")
+    # The scans carry colour and no intensity: a set for each pattern of what they carry, none with intensity.
+    assert sorted(model.presence_stats) == ["colour", "none"]
 
 
 def test_mixed_with_synmix_the_users_classes_join_the_master_labels(tmp_path):

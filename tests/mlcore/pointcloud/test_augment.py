@@ -178,4 +178,5 @@ def test_robust_attributes_reads_the_zoo_card_and_the_user_card():
     assert augment.robust_attributes({"card": {"recipe": {"train": {"attribute_augment": "off"}}}}) is None
     assert augment.robust_attributes({"card": {"attribute_augment": "unheard-of"}}) is None
     committed = json.loads((ROOT / "mlcore/zoo/checkpoints/pointmoe-synmix/config.json").read_text())
-    assert augment.robust_attributes(committed) is None  # trained before augmentation existed
+    assert augment.robust_attributes(committed) == ("colour", "intensity")  # the recipe's "batch-30"
+    assert augment.dropped("batch-30") == ("colour", "intensity") and augment.dropped("off") == ()

@@ -28,11 +28,15 @@ def test_outliers_under_a_street_change_few_labels_with_the_robust_ground() -> N
     below = scan.xyz[rng.choice(len(scan.xyz), len(scan.xyz) // 500, replace=False)] - [0.0, 0.0, 6.0]
     noisy = np.concatenate([scan.xyz, below])
     intensity = np.concatenate([scan.intensity, scan.intensity[: len(below)]])
-    changed = {}
+    changed, accuracy = {}, {}
     for ground in ("robust", "lowest"):
         model.cfg = dataclasses.replace(model.cfg, ground=ground)
         clean = segment_cloud(model, scan.xyz, None, scan.intensity, grid=spec.grid).labels
         dirty = segment_cloud(model, noisy, None, intensity, grid=spec.grid).labels[: len(scan.xyz)]
         changed[ground] = float((clean != dirty).mean())
-    # Measured: 4.4% with the robust ground (the outliers join patches), 92% from the lowest point.
-    assert changed["robust"] < 0.08 and changed["lowest"] > 0.5, changed
+        accuracy[ground] = float((clean == scan.labels).mean()), float((dirty == scan.labels).mean())
+    # Measured on the zoo's batch-30 recipe: 15% of the labels change with the robust ground (the
+    # outliers join patches; point accuracy 0.62 → 0.58), 67% from the lowest point (accuracy → 0.00).
+    # The 150-step recipe without augmentation changed 4.4% and 92%.
+    assert changed["robust"] < 0.2 and changed["lowest"] > 0.5, changed
+    assert accuracy["robust"][1] > accuracy["robust"][0] - 0.06 and accuracy["lowest"][1] < 0.2, accuracy
