@@ -59,10 +59,13 @@ def choose_grid(xyz: np.ndarray, setting: str = "auto") -> float:
 
 #: Context around each tile, in voxels (a window that outgrows ``chunk_points`` splits into smaller
 #: tiles, each with this margin). With the rank patch layout more context does not bring tiled labels
-#: closer to untiled ones; with the local layout it does, a little: on a 10,000-point street sample
-#: cut into tiles of half its voxels, 16 / 32 / 48 voxels change 0.7–1.5% / 0.3–1.2% / 0.3–0.9% of
-#: the labels (three seeds), for 7% more voxels predicted on a 2M-point street at 48 than at 32.
-OVERLAP_VOXELS = 32
+#: closer to untiled ones; with the local layout it does: on a 10,000-point street sample (SynMix C
+#: scenes 0, 1, 2) cut into tiles of half its voxels, the zoo Point-MoE trained 1,200 steps changes
+#: 2.1–3.0% / 0.5–1.5% / 0.4–1.1% / 0.5–0.9% of the labels with 16 / 32 / 48 / 64 voxels, its dense
+#: twin 2.9–4.3% / 2.4–2.7% / 1.1–1.8% / 0.8–1.4% (the 150-step recipe: 0.3–1.2% at 32). The goal is
+#: 1%. On a 2M-point survey street (one thread) 64 voxels take 9.5–11.7 CPU-s against 8.3 at 32
+#: (18 tiles against 15), and agree with 32 on 99.99% of the points.
+OVERLAP_VOXELS = 64
 #: Window coordinates start at the scan's lowest corner shifted by whole multiples of this many voxels
 #: (a power of two above the backbone's pooling factor), so a tile's voxels and its pooling grid at
 #: every stage are the ones the untiled run would use, while coordinates stay below the backbone's
