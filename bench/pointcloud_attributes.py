@@ -211,8 +211,14 @@ def robustness_rows(model: Any, scans: int) -> list[dict[str, Any]]:
 
 
 def fingerprint(folder: Path) -> str:
-    """A short digest of a saved segmenter's weights: cached rows follow the model, not its folder."""
-    return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()[:12]
+    """A short digest of a saved segmenter's weights and, when it keeps them, its statistics per
+    presence (the same weights read other statistics): cached rows follow the model, not its folder."""
+    from mlcore.pointcloud.pipeline import PRESENCE_FILE
+
+    digest = hashlib.sha256((folder / "model.safetensors").read_bytes())
+    if (folder / PRESENCE_FILE).is_file():
+        digest.update((folder / PRESENCE_FILE).read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def segmenters() -> dict[str, Path]:

@@ -2,7 +2,7 @@
 that compare them with the zoo (:mod:`bench.pointcloud_attributes`, :mod:`bench.heldout_scenes`).
 
 ``python -m bench.pointcloud_candidates NAME [--augment PRESET] [--height scan]
-[--steps N] [--scenes N] [--surveys SHARE] [--seed S] [--presence-stats]`` trains the ``pointmoe-synmix``
+[--steps N] [--scenes N] [--surveys SHARE] [--seed S] [--[no-]presence-stats]`` trains the ``pointmoe-synmix``
 recipe with those changes into ``var/pointcloud-candidates/NAME`` (resumable from its ``state.pt``; never
 the zoo), evaluates
 it on every dataset's validation scans as the zoo recipe does and saves a segmenter folder; name it
@@ -51,7 +51,7 @@ def train_candidate(name: str, *, changes: dict[str, Any], seed: int = 0) -> Pat
     folder = CANDIDATES / name / "segmenter"
     flags = {"augment" if k == "attribute_augment" else k.replace("_", "-"): v for k, v in changes.items()}
     command = f"python -m bench.pointcloud_candidates {name} " + " ".join(
-        f"--{k}" if v is True else f"--{k} {v}" for k, v in flags.items()
+        f"--{k}" if v is True else f"--no-{k}" if v is False else f"--{k} {v}" for k, v in flags.items()
     )
     command += f" --seed {seed}"
     save_segmenter(model, folder, card={"recipe": described, "metrics": metrics, "command": command})
@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--presence-stats",
         dest="presence_stats",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
-        help="keep BatchNorm statistics per attribute presence (mlcore/pointcloud/presence.py)",
+        help="keep BatchNorm statistics per attribute presence (mlcore/pointcloud/presence.py), or not",
     )
     args = parser.parse_args(argv)
     changes = {k: v for k, v in vars(args).items() if k not in ("name", "seed") and v is not None}
