@@ -42,7 +42,7 @@ def _runs(tier: str) -> list[dict[str, Any]]:
 REAL_SENSOR_STUDIES = (
     ("pointcloud-encodings", "Encoding invariance", ("Encoding invariance",)),
     ("pointcloud-attributes", "Attribute robustness", ("1. Robustness", "2. Robust, not blind")),
-    ("pointcloud-heldout", "A held-out scene family", ("The zoo recipe, seeds", "The recipe trained longer")),
+    ("pointcloud-heldout", "A held-out scene family", ("The zoo recipe, seeds", "The recipe beside other trainings")),
 )
 
 

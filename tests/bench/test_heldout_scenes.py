@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -356,7 +357,7 @@ def test_the_report_sets_each_variant_beside_the_recipe_with_its_synmix_fit_and_
             "machine": {"platform": "test"},
         }
     )
-    table = text.split("## The recipe trained longer")[1].split("Coarse IoU per class")[0]
+    table = text.split("## The recipe beside other trainings")[1].split("Coarse IoU per class")[0]
     rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
     # SynMix: seen 0.9, zero-shot the mean of E and F. Held out: only ground is in the truth, so the
     # coarse mIoU is its IoU, 6 of 10 points with the attributes and 2 of 10 without.
@@ -366,3 +367,38 @@ def test_the_report_sets_each_variant_beside_the_recipe_with_its_synmix_fit_and_
     assert zoo_row.startswith("| the zoo recipe (pointmoe-synmix) | 2 | 0.600 ± 0.000")
     assert zoo_row.endswith("| 0.900 ± 0.000 | 0.500 ± 0.000 |")
     assert "| longer | room | ground 0.60 |" in text
+
+
+def test_a_retired_variant_is_carried_over_from_the_last_report_and_marked_as_such(tmp_path) -> None:
+    from bench.heldout_scenes.evaluate import VARIANTS, carry_variants, model_summary, report, seed_table
+
+    per_seed = {0: model_summary([_row("room-0", "room", "PLY binary LE (own writer)", 7)])}
+    old = {"changes": {"steps": 1500}, "per_seed": per_seed, "table": seed_table(per_seed), "synmix": {}}
+    current = next(iter(VARIANTS))
+    previous = tmp_path / "pointcloud-heldout.json"
+    last = {"tier": "full", "written_at": "2026-12-05T22:18:58+00:00", "code_digest": "c04f88347e8d"}
+    previous.write_text(json.dumps({**last, "variants": {"card budget": old, current: old}}))
+    result = {"tier": "full", "variants": {current: {**old, "changes": VARIANTS[current]}}}
+    carry_variants(result, previous)
+    assert set(result["variants"]) == {"card budget", current}
+    assert "carried_over" not in result["variants"][current]  # measured by this run: never replaced
+    assert result["variants"]["card budget"]["carried_over"]["code_digest"] == "c04f88347e8d"
+    # A quick report carries nothing from a full one.
+    quick = {"tier": "quick", "variants": {}}
+    carry_variants(quick, previous)
+    assert quick["variants"] == {}
+
+    text = report(
+        {
+            "tier": "full",
+            "parameters_sha256": PARAMETERS_SHA256,
+            "scans": [],
+            "zoo": {"source": "test", "summary": per_seed[0]},
+            "seeds": {"seeds": [0], "note": "test", "per_seed": per_seed, "table": seed_table(per_seed), "synmix": {}},
+            "variants": result["variants"],
+            "seconds": 1.0,
+            "machine": {"platform": "test"},
+        }
+    )
+    assert "| card budget (carried over) | 1 |" in text
+    assert "*Carried over*: card budget: measured on 2026-12-05T22:18:58+00:00 by code `c04f88347e8d`" in text
