@@ -691,12 +691,12 @@ def run(tier: str, results: Path, *, zoo_only: bool = False, log: Callable[[str]
                 "table": seed_table(per_seed),
                 "synmix": synmix,
             }
+        carry_variants(result, results / f"{NAME}.json")
     elif tier == "full":
         result["seeds_note"] = (
             "this run measured the zoo checkpoint alone (`--zoo-only`); `python -m bench pointcloud-heldout "
             "--tier full` trains seeds 1 and 2 of the recipe (seed 0 is the zoo checkpoint) and measures them"
         )
-        carry_variants(result, results / f"{NAME}.json")
     result["seconds"] = time.perf_counter() - start
     result["machine"] = machine()
     write_results(results, NAME, report(result), _jsonable(result))
