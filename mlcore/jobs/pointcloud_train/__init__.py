@@ -350,9 +350,11 @@ def attribute_augment(choice: str, *, user_scans: bool) -> str:
 
 
 def _train_config(params: dict[str, Any], *, user_scans: bool = False) -> TrainConfig:
-    """The run's TrainConfig; BatchNorm statistics per attribute presence are kept whenever the
-    augmentation drops an attribute (:mod:`mlcore.pointcloud.presence`: without them such a model is
-    blind to what only the attribute separates)."""
+    """The run's TrainConfig, heights measured from the scan's lowest point as the zoo recipes and
+    ``pointcloud-segment`` measure them (from a crop's own, a crop of ceiling is a floor). BatchNorm
+    statistics per attribute presence are kept whenever the augmentation drops an attribute
+    (:mod:`mlcore.pointcloud.presence`: without them such a model is blind to what only the attribute
+    separates)."""
     from mlcore.pointcloud.augment import dropped
     from mlcore.pointcloud.pipeline import TrainConfig
 
@@ -364,6 +366,7 @@ def _train_config(params: dict[str, Any], *, user_scans: bool = False) -> TrainC
         skip=(*MODEL_PARAMS, *USER_PARAMS, "attribute_augment"),
         attribute_augment=augment,
         presence_stats=bool(dropped(augment)),
+        height="scan",
     )
 
 
@@ -455,6 +458,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
         "mixed": params["mixed"],
         "steps": params["steps"],
         "attribute_augment": cfg.attribute_augment,
+        "height": cfg.height,
         "miou": final["miou"],
     }
     save_segmenter(model.cpu(), folder, card=card)

@@ -42,7 +42,7 @@ def test_on_synmix_it_trains_as_the_zoo_does_robust_to_both_attributes_with_stat
         line.startswith("attribute robustness batch-30:") and "per attribute presence" in line for line in ctx.lines
     )
     model, config = load_segmenter(ctx.registrations[0].path)
-    assert config["card"]["attribute_augment"] == "batch-30"
+    assert config["card"]["attribute_augment"] == "batch-30" and config["card"]["height"] == "scan"
     # pointcloud-segment's attributes=auto may give it what a scan carries, and reads each with its own set.
     assert robust_attributes(config) == ("colour", "intensity")
     assert set(model.presence_stats) == {"none", "colour", "intensity", "colour+intensity"}
