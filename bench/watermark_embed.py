@@ -735,15 +735,21 @@ def secret_phase(bundle: Any) -> Any:
     return with_fields(bundle, extractor=extractor)
 
 
-def phase_recovery(bundle: Any, images: list[np.ndarray], seed: int, offset_seed: int) -> dict[str, Any]:
+def phase_recovery(
+    bundle: Any, images: list[np.ndarray], seed: int, offset_seed: int, *, attacks: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """For the marks :func:`embed_rows` lays with ``offset_rng = default_rng(offset_seed)`` on the same
     images and keys (marked again, identically): the secret phase each got, the phase the portal's
     reader finds (:func:`~mlcore.watermark.embed.find_phase`), the one a key-aware search finds
-    (:func:`~mlcore.watermark.embed.key_phase`), and the bits of the clean file read at each."""
+    (:func:`~mlcore.watermark.embed.key_phase`), and the bits of the clean file read at each; for each
+    of ``attacks`` (names of :func:`attack`), the phase the portal's reader finds in the attacked file
+    and the bits read there and at the true phase (a working grid is the same for a file and its
+    half-size copy, so its phases compare)."""
     import torch
 
     from mlcore.watermark import embed, image_io
     from mlcore.watermark.generator import from_uint8
+    from mlcore.watermark.verification import open_image
 
     torch.set_num_threads(1)
     extractor = bundle.extractor
@@ -769,16 +775,25 @@ def phase_recovery(bundle: Any, images: list[np.ndarray], seed: int, offset_seed
 
         with torch.no_grad():
             found, keyed = embed.find_phase(extractor, work, grid), embed.key_phase(extractor, work, grid, key)
-            out.append(
-                {
-                    "drawn": list(drawn),
-                    "found": list(found),
-                    "key_aware": list(keyed),
-                    "bits_true": bits(drawn),
-                    "bits_found": bits(found),
-                    "bits_key_aware": bits(keyed),
+            record: dict[str, Any] = {
+                "drawn": list(drawn),
+                "found": list(found),
+                "key_aware": list(keyed),
+                "bits_true": bits(drawn),
+                "bits_found": bits(found),
+                "bits_key_aware": bits(keyed),
+            }
+            for name in attacks:
+                pixels_after = from_uint8(np.asarray(open_image(attack(image_io.encode(marked.image), name)))[None])
+                grid_after = embed.grid_for(*pixels_after.shape[-2:], extractor.image_size)
+                work_after = embed.to_working(pixels_after, grid_after)
+                found_after = embed.find_phase(extractor, work_after, grid_after)
+                record.setdefault("attacks", {})[name] = {
+                    "found": list(found_after),
+                    "bits_true": bits(drawn, work_after, grid_after),
+                    "bits_found": bits(found_after, work_after, grid_after),
                 }
-            )
+            out.append(record)
     return {"images": out}
 
 
@@ -1007,6 +1022,20 @@ def run(tier: str, results: Path) -> None:
             ),
         )
 
+    # The shipped photo markers' rows once more, each file also attacked: where the portal's phase search
+    # lands after JPEG and a resize, and what reading there costs against the true phase.
+    photo_phases, photo_stride = None, 0
+    if PHOTO_LABEL in folders:
+        from mlcore.watermark.pipeline import load_bundle
+
+        photo = load_bundle(folders[PHOTO_LABEL])
+        photo_stride = photo.extractor.image_size - OVERLAP
+        photo_phases = _cached(
+            store,
+            f"phases/{PHOTO_LABEL}/{_folder_stamp(folders[PHOTO_LABEL])}/{run_stamp}",
+            lambda: phase_recovery(photo, images, seed=1, offset_seed=OFFSET_SEED, attacks=ATTACKS[1:]),
+        )
+
     # MOLM on the baselines' training once more, every mark at a secret phase of the tile grid and read by
     # the template phase search: the same markers, crops, keys and forged key as its fixed-grid rows, seed
     # by seed, so the two rows differ only in where the marks are laid and how they are found.
@@ -1106,6 +1135,8 @@ def run(tier: str, results: Path) -> None:
         lines += ["", "On the crops of held-out photos only (photos no trained model saw):", "", *held_lines]
     lines += learned_section(rows, training, recipe)
     lines += phase_section(phases, stride=hidden.extractor.image_size - OVERLAP)
+    if photo_phases is not None:
+        lines += attacked_phase_section(photo_phases, stride=photo_stride)
     lines += forgery_table(forgeries)
     skipped = [label for label, method in IMWATERMARK.items() if settings["iw_forge_targets"].get(method) == 0]
     if not settings["learned_forgery"]:
@@ -1132,6 +1163,7 @@ def run(tier: str, results: Path) -> None:
         "learned_recipe": {"stamp": recipe.stamp(), **asdict(recipe)},
         "learned_training": training,
         "phase_recovery": phases,
+        "photo_phase_recovery": photo_phases,
     }
     write_results(results, "watermark-embed", "\n".join(lines), data)
 
@@ -1285,6 +1317,47 @@ def phase_section(phases: dict[str, Any], *, stride: int) -> list[str]:
         lines.append(
             f"| {label} | {exact}/{n} [{low:.2f}, {high:.2f}] | {hits(column, 1)}/{n} | {mean('bits_' + column)} |"
         )
+    return lines
+
+
+def attacked_phase_section(phases: dict[str, Any], *, stride: int) -> list[str]:
+    """Per attack, how often the portal's search finds the shipped photo markers' secret phase (phases in
+    [0, ``stride``)²), the offset it most often lands at instead, and the bits read there and at the
+    true phase."""
+    from collections import Counter
+
+    images = phases["images"]
+    n = len(images)
+
+    def offset(found: list[int], drawn: list[int]) -> tuple[int, int]:
+        wrapped = [(a - b + stride // 2) % stride - stride // 2 for a, b in zip(found, drawn, strict=True)]
+        return wrapped[0], wrapped[1]
+
+    lines = [
+        "",
+        "## Where the portal's phase search lands after an attack (zoo molm-photo)",
+        "",
+        f"The shipped photo markers' {n} marked crops (the main table's marks, laid again identically), read as "
+        "written and after each attack: how often `embed.find_phase` finds the secret phase, the (dy, dx) offset "
+        "it lands at most often when it misses, and the bits read at the phase it finds and at the true phase "
+        "(an oracle the portal does not have).",
+        "",
+        "| file | found exactly | within 1 px | most common miss (dy, dx): count | bits at the found phase | "
+        "bits at the true phase |",
+        "|---|---|---|---|---|---|",
+    ]
+    reads = {"as written": images}
+    for name in images[0].get("attacks", {}):
+        reads[name] = [{**r["attacks"][name], "drawn": r["drawn"]} for r in images]
+    for name, rows in reads.items():
+        offsets = [offset(r["found"], r["drawn"]) for r in rows]
+        exact = sum(o == (0, 0) for o in offsets)
+        near = sum(max(abs(o[0]), abs(o[1])) <= 1 for o in offsets)
+        misses = Counter(o for o in offsets if o != (0, 0)).most_common(1)
+        miss = f"{misses[0][0]}: {misses[0][1]}" if misses else "-"
+        found = statistics.fmean(r["bits_found"] for r in rows)
+        true = statistics.fmean(r["bits_true"] for r in rows)
+        lines.append(f"| {name} | {exact}/{n} | {near}/{n} | {miss} | {found:.3f} | {true:.3f} |")
     return lines
 
 

@@ -89,3 +89,20 @@ def test_the_phase_table_counts_exact_and_wrapped_one_pixel_hits_per_reader():
     text = "\n".join(bench.phase_section(phases, stride=24))
     assert "| portal's search, key unknown | 1/3 [" in text and "| 2/3 | 0.500 |" in text  # 23 wraps to 0
     assert "| key-aware search | 2/3 [" in text and "| 3/3 | 0.700 |" in text
+
+
+def test_the_attacked_phase_table_counts_hits_and_names_the_commonest_wrapped_miss_per_file():
+    def image(found, after):
+        return {
+            "drawn": [23, 5],
+            "found": found,
+            "bits_found": 0.75,
+            "bits_true": 0.75,
+            "attacks": {"jpeg-75": {"found": after, "bits_found": 0.5, "bits_true": 0.625}},
+        }
+
+    # After JPEG two of three searches land one row below the secret phase (0 wraps to 23 + 1).
+    phases = {"images": [image([23, 5], [0, 5]), image([23, 5], [0, 5]), image([22, 5], [23, 5])]}
+    text = "\n".join(bench.attacked_phase_section(phases, stride=24))
+    assert "| as written | 2/3 | 3/3 | (-1, 0): 1 | 0.750 | 0.750 |" in text
+    assert "| jpeg-75 | 1/3 | 3/3 | (1, 0): 2 | 0.500 | 0.625 |" in text
