@@ -366,11 +366,12 @@ def dropped(name: str) -> tuple[str, ...]:
     """The attributes preset ``name`` trains some crops without: those a model trained with it has
     learnt to do without, and the reason to keep BatchNorm statistics per presence
     (:mod:`mlcore.pointcloud.presence`). () for "off" and "balanced"."""
+    return tuple(a for a, rate in _dropout_rates(name).items() if rate > 0)
+
+
+def _dropout_rates(name: str) -> dict[str, float]:
     cfg = preset(name)
-    if cfg is None:
-        return ()
-    rates = {"colour": cfg.drop_colour, "intensity": cfg.drop_intensity}
-    return tuple(a for a in ATTRIBUTES if rates[a] > 0)
+    return {a: 0.0 if cfg is None else getattr(cfg, f"drop_{a}") for a in ATTRIBUTES}
 
 
 def summary(name: str) -> str:
@@ -379,7 +380,7 @@ def summary(name: str) -> str:
     if cfg is None:
         return f"{name}: colour and intensity trained as the scans hold them"
     unit = "batches" if cfg.dropout_unit == "batch" else "crops"
-    rates = {"colour": cfg.drop_colour, "intensity": cfg.drop_intensity}
+    rates = _dropout_rates(name)
     gone = [f"{a} from {rates[a]:.0%}" for a in dropped(name)]
     text = f"{name}: colour and intensity re-mapped as other sensors report them"
     if not gone:

@@ -37,10 +37,10 @@ if TYPE_CHECKING:
     from mlcore.pointcloud.ptv3 import PTv3Config
 
 SEEN = ("A", "B", "C", "D")
-#: ``attribute_augment`` choices: "auto" or a preset of :mod:`mlcore.pointcloud.augment`.
-ATTRIBUTE_CHOICES = ("auto", "balanced", "batch-30", "robust", "off")
 ZERO_SHOT = ("E", "F")
 ARCHITECTURES = ("moe-proj", "moe-ffn", "dense")
+#: ``attribute_augment`` choices: "auto" or a preset of :mod:`mlcore.pointcloud.augment`.
+ATTRIBUTE_CHOICES = ("auto", "balanced", "batch-30", "robust", "off")
 #: The parameters that shape the network, and those of the training run.
 MODEL_PARAMS = ("architecture", "block_norm", "experts", "top_k")
 TRAIN_PARAMS = (
