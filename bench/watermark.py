@@ -434,7 +434,13 @@ def embed_section(results: Path) -> list[str]:
     study last wrote them in ``results``: its main section and its forgery table, a heading level down
     (issue #23 asks for them in this report)."""
     kept = report_excerpt(
-        results / "watermark-embed.md", (None, "Does the reader find the secret phase", "Forgery by averaging")
+        results / "watermark-embed.md",
+        (
+            None,
+            "Does the reader find the secret phase",
+            "Where the portal's phase search lands",
+            "Forgery by averaging",
+        ),
     )
     if not kept:
         return []
