@@ -50,9 +50,9 @@ _TRAIN = {
     # 30% intensity, and the BatchNorms keep statistics per attribute presence
     # (mlcore/pointcloud/presence.py). Chosen on SynMix, never on the held-out family
     # (bench/results/pointcloud-attributes.md, part 1, against the earlier 150-step recipe without
-    # augmentation: geometry only higher on every dataset, e.g. A 0.34 against 0.22; as captured as
-    # high or higher on five datasets of six, F zero-shot 0.53 against 0.63; and above the robust
-    # preset as captured on all six).
+    # augmentation: geometry only higher on every seen dataset, e.g. A 0.34 against 0.22, C 0.48
+    # against 0.15; as captured higher on the seen rooms, A 0.73 / B 0.71 against 0.70 / 0.67, and
+    # 0.01-0.03 lower on the streets and F; above the robust preset as captured on all six).
     "attribute_augment": "batch-30",
     "presence_stats": True,
 }
