@@ -8,7 +8,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -138,6 +138,30 @@ def tier_of(data: dict[str, Any]) -> str | None:
     if isinstance(tier, dict):
         tier = tier.get("name")
     return tier if isinstance(tier, str) else None
+
+
+def last_report(path: Path, tier: str | None = None) -> dict[str, Any] | None:
+    """The results file a study last wrote at ``path`` (its ``.json``), or None when there is none, it
+    cannot be read, or ``tier`` is given and it was written by another tier."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or (tier is not None and tier_of(data) != tier):
+        return None
+    return data
+
+
+def carry_over(items: dict[str, Any], measured: Collection[str], origin: Any) -> dict[str, dict[str, Any]]:
+    """The entries of a last report's ``items`` that this run did not measure (``measured``: their names;
+    their inputs live in a gitignored folder of the machine that made them, or their training is
+    retired), each marked ``carried_over`` with ``origin`` — or with the mark it already has, so an entry
+    carried twice still says where it was measured."""
+    return {
+        name: {**entry, "carried_over": entry.get("carried_over") or origin}
+        for name, entry in items.items()
+        if name not in measured
+    }
 
 
 def results_folder(results: Path, name: str, data: dict[str, Any]) -> Path:

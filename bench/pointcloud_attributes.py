@@ -39,7 +39,6 @@ augmentation before it replaces the zoo's, by :mod:`bench.pointcloud_candidates`
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import statistics
 import time
@@ -51,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from bench.cache import Store
-from bench.common import ZOO_CHECKPOINTS, full_tier_cache, machine, stamp, write_results
+from bench.common import ZOO_CHECKPOINTS, carry_over, full_tier_cache, last_report, machine, stamp, write_results
 
 NAME = "pointcloud-attributes"
 SEGMENTERS_ENV = "MOELAB_BENCH_SEGMENTERS"
@@ -661,19 +660,14 @@ def report(result: dict[str, Any]) -> str:
 def carry_robustness(out: dict[str, Any], previous: Path, tier_name: str) -> None:
     """Part 1's rows of segmenters the last report of this tier measured but this run cannot (their
     folders are not here), marked as carried over, so a run on another machine keeps them."""
-    try:
-        last = json.loads(previous.read_text())
-    except (OSError, ValueError):
+    last = last_report(previous, tier_name)
+    if last is None:
         return
-    if (last.get("tier") or {}).get("name") != tier_name:
-        return
-    when = last.get("written_at") or "earlier"
-    for name, rows in (last.get("robustness") or {}).items():
-        if name in out["robustness"]:
-            continue
-        out["robustness"][name] = rows
-        info = (last.get("segmenters") or {}).get(name, {})
-        out.setdefault("segmenters", {})[name] = {**info, "carried_over": info.get("carried_over", when)}
+    rows = last.get("robustness") or {}
+    info = {name: (last.get("segmenters") or {}).get(name, {}) for name in rows}
+    carried = carry_over(info, out["robustness"], last.get("written_at") or "earlier")
+    out["robustness"].update({name: rows[name] for name in carried})
+    out.setdefault("segmenters", {}).update(carried)
 
 
 def run(tier_name: str, results: Path) -> None:

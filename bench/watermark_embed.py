@@ -65,7 +65,7 @@ import numpy as np
 from PIL import Image
 
 from bench.cache import Store
-from bench.common import full_tier_cache, stamp, write_results
+from bench.common import carry_over, full_tier_cache, last_report, stamp, write_results
 from mlcore.watermark.learned_baselines import BaselineTrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -766,7 +766,8 @@ def phase_recovery(
         source = image_io.SourceImage(name=f"{i}.png", format="PNG", pixels=pixels)
         marked = embed.mark_image(bundle, source, key, target_psnr=TARGET_PSNR, offset_rng=offsets)
         drawn = embed.draw_offset(stride, replay)
-        written = image_io.read(image_io.encode(marked.image)).pixels
+        data = image_io.encode(marked.image)
+        written = image_io.read(data).pixels
         grid = embed.grid_for(*pixels.shape[:2], extractor.image_size)
         work = embed.to_working(from_uint8(written[None]), grid)
 
@@ -784,7 +785,7 @@ def phase_recovery(
                 "bits_key_aware": bits(keyed),
             }
             for name in attacks:
-                pixels_after = from_uint8(np.asarray(open_image(attack(image_io.encode(marked.image), name)))[None])
+                pixels_after = from_uint8(np.asarray(open_image(attack(data, name)))[None])
                 grid_after = embed.grid_for(*pixels_after.shape[-2:], extractor.image_size)
                 work_after = embed.to_working(pixels_after, grid_after)
                 found_after = embed.find_phase(extractor, work_after, grid_after)
@@ -939,19 +940,15 @@ def _cached(store: Store | None, key: str, compute: Callable[[], dict[str, Any]]
 def carried_over(results: Path, measured: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """MOLM rows (and their forgeries) of the last written report whose markers are not measured now —
     their folders live under the gitignored var/ of the machine that trained them — marked as carried."""
-    path = results / "watermark-embed.json"
-    if not path.is_file():
+    previous = last_report(results / "watermark-embed.json")
+    if previous is None:
         return {}, {}
-    previous = json.loads(path.read_text())
     origin = {"written_at": previous.get("written_at"), "tier": previous.get("tier")}
 
     def carry(items: dict[str, Any]) -> dict[str, Any]:
-        return {
-            label: {**row, "carried_over": row.get("carried_over", origin)}
-            for label, row in items.items()
-            # Rows of markers folders only ("MOLM embed …"): the learned rows are measured by every run.
-            if label.startswith("MOLM embed") and label not in measured and "error" not in row
-        }
+        # Rows of markers folders only ("MOLM embed …"): the learned rows are measured by every run.
+        kept = {label: row for label, row in items.items() if label.startswith("MOLM embed") and "error" not in row}
+        return carry_over(kept, measured, origin)
 
     return carry(previous.get("rows", {})), carry(previous.get("forgery", {}))
 

@@ -43,7 +43,15 @@ from typing import Any
 import numpy as np
 
 from bench.cache import Store
-from bench.common import ZOO_CHECKPOINTS, full_tier_cache, machine, write_results, zoo_fingerprints
+from bench.common import (
+    ZOO_CHECKPOINTS,
+    carry_over,
+    full_tier_cache,
+    last_report,
+    machine,
+    write_results,
+    zoo_fingerprints,
+)
 from bench.heldout_scenes.params import parameters, sha256
 from bench.heldout_scenes.scans import RAY_CAST, HeldoutScan, make_scan
 from mlcore.pointcloud.labels import COARSE, COARSE_OF, LABELS
@@ -707,18 +715,11 @@ def carry_variants(result: dict[str, Any], previous: Path) -> None:
     """The last full report's variants that :data:`VARIANTS` no longer names (trainings of an earlier
     recipe, costly to repeat), kept in the table marked as carried over with the code they were
     measured by, so retiring a variant does not erase what it measured."""
-    try:
-        last = json.loads(previous.read_text())
-    except (OSError, ValueError):
+    last = last_report(previous, result["tier"])
+    if last is None:
         return
-    if last.get("tier") != result["tier"]:
-        return
-    when = last.get("written_at") or "earlier"
-    for label, entry in (last.get("variants") or {}).items():
-        if label in result["variants"] or label in VARIANTS:
-            continue
-        carried = entry.get("carried_over") or {"written_at": when, "code_digest": last.get("code_digest", "?")}
-        result["variants"][label] = {**entry, "carried_over": carried}
+    origin = {"written_at": last.get("written_at") or "earlier", "code_digest": last.get("code_digest", "?")}
+    result["variants"].update(carry_over(last.get("variants") or {}, {*result["variants"], *VARIANTS}, origin))
 
 
 def _jsonable(value: Any) -> Any:
