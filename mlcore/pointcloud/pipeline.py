@@ -13,8 +13,9 @@
   are mobile-mapping surveys of the same streets (:func:`~mlcore.pointcloud.datasets.make_survey`,
   3 to 24 positions merged), so the model also sees surfaces filled in as a user's survey fills them:
   trained on single scans only, a model labels a 2M-point survey worse than a 100k sample of it.
-- **Heights** of training crops are measured from the crop's lowest point unless ``height="scan"``
-  (then from the scan's, as at inference); the recipes so far were trained with the former.
+- **Heights** of training crops are measured from the crop's lowest point unless ``height="scan"``:
+  then from the scan's ground as the model will segment it (its ``PTv3Config.ground``: the lowest
+  point, or a robust low percentile), the same ground :func:`evaluate` and ``segment_cloud`` use.
 - Loss: cross-entropy over the sample's dataset label set (logits of other classes masked, merged
   or unannotated points ignored) + α·balance loss (α = 0 by default, card "do this instead").
   Lovász is left out. AdamW, linear warm-up then cosine decay (OneCycle's shape), clip 1.0.
@@ -47,6 +48,7 @@ from mlcore.pointcloud.datasets import (
     crop,
     get_dataset,
     grid_sample,
+    ground_level,
     make_scan,
     make_survey,
     point_features,
@@ -61,9 +63,8 @@ FORMAT = "moelab-pointcloud-segmenter"
 #: BatchNorm statistics per attribute presence (:mod:`mlcore.pointcloud.presence`), when kept.
 PRESENCE_FILE = "presence_stats.safetensors"
 GRIDS = {"indoor": 0.04, "outdoor": 0.1}
-#: ``TrainConfig.height`` choices, and the feature channel they set.
+#: ``TrainConfig.height`` choices.
 HEIGHTS = ("crop", "scan")
-HEIGHT = FEATURES.index("height")
 
 
 @dataclass
@@ -73,9 +74,6 @@ class Sample:
     labels: np.ndarray  #: [n] int64 (IGNORE = −1)
     allowed: np.ndarray  #: [K] bool: the dataset's label set
     dataset: str
-    #: How far the crop's lowest point lies above the scan's (m). The height channel is measured from
-    #: the crop's lowest point; ``TrainConfig.height == "scan"`` adds this to it.
-    rise: float = 0.0
 
 
 def prepare(
@@ -86,10 +84,12 @@ def prepare(
     rng: np.random.Generator | None,
     augment: bool,
     voxels: tuple[np.ndarray, np.ndarray] | None = None,
+    ground: float | None = None,
 ) -> tuple[Sample, np.ndarray]:
     """Grid-sample (and crop) a scan; returns the sample and, per input point, its sample row (−1 if
     cropped away). ``voxels``: the scan's :func:`grid_sample` at ``spec.grid``, when the caller kept
-    it (it draws no random numbers, so reusing it changes nothing but the time)."""
+    it (it draws no random numbers, so reusing it changes nothing but the time). ``ground``: the
+    height (m) the height channel starts at (:func:`scan_ground`); None: the crop's lowest point."""
     keep, inverse = voxels if voxels is not None else grid_sample(scan.xyz, spec.grid)
     rows = np.arange(len(keep))
     if points is not None and rng is not None:
@@ -107,13 +107,20 @@ def prepare(
         scan.xyz[sel],
         None if scan.rgb is None else scan.rgb[sel],
         None if scan.intensity is None else scan.intensity[sel],
+        ground=ground,
     )
     allowed = np.zeros(len(LABELS), bool)
     allowed[list(spec.class_ids)] = True
     where = np.full(len(keep), -1, np.int64)
     where[rows] = np.arange(len(rows))
-    rise = float(scan.xyz[sel, 2].min() - scan.xyz[:, 2].min()) if len(sel) else 0.0
-    return Sample(coord, feat, scan.labels[sel].astype(np.int64), allowed, spec.name, rise), where[inverse]
+    return Sample(coord, feat, scan.labels[sel].astype(np.int64), allowed, spec.name), where[inverse]
+
+
+def scan_ground(scan: Scan, keep: np.ndarray, how: str) -> float:
+    """Where a scan's height channel starts when a model whose ``PTv3Config.ground`` is ``how``
+    segments it: :func:`~mlcore.pointcloud.datasets.ground_level` of its grid-sampled points
+    (``keep``), as ``segment_cloud`` computes it, so training and evaluation see the heights a job does."""
+    return ground_level(scan.xyz[keep, 2], how)
 
 
 def domain_index(name: str, domains: Sequence[str]) -> int:
@@ -167,10 +174,11 @@ class TrainConfig:
     #: "balanced"). None is the caller's default: off here, so the zoo recipes and the benchmark
     #: caches reproduce; "balanced" for a user's scans (:func:`~mlcore.pointcloud.user_train.replace_datasets`).
     attribute_augment: str | None = None
-    #: What the height channel of a training crop is measured from: "crop" (its lowest point, as every
-    #: recipe so far was trained) or "scan" (the scan's lowest point: what ``segment_cloud`` and every
-    #: evaluation compute, so a crop of ceiling is not a floor at height 0). None is the caller's
-    #: default: "crop" here, so recipes and caches reproduce; "scan" for a user's scans.
+    #: What the height channel of a training crop is measured from: "crop" (its lowest point, as the
+    #: earliest recipes were trained) or "scan" (the scan's ground by the model's ``PTv3Config.ground``:
+    #: what ``segment_cloud`` and :func:`evaluate` compute, so a crop of ceiling is not a floor at
+    #: height 0). None is the caller's default: "crop" here, so recipes and caches reproduce; "scan"
+    #: for the zoo recipes and a user's scans.
     height: str | None = None
     #: The share of each LiDAR dataset's training scans that are surveys (:func:`survey_loader`); 0:
     #: single scans only, as every recipe so far.
@@ -182,6 +190,15 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def heights_from(cfg: TrainConfig, model: PTv3) -> str | None:
+    """The ground rule training crops' heights start at (:meth:`ScanPool.draw`'s ``ground``): None
+    for the crop's own lowest point, else the model's."""
+    height = cfg.height or "crop"
+    if height not in HEIGHTS:
+        raise ValueError(f"height must be one of {', '.join(HEIGHTS)}, got {height!r}")
+    return model.cfg.ground if height == "scan" else None
 
 
 @dataclass
@@ -212,13 +229,35 @@ class ScanPool:
     ) -> None:
         self.scans = {name: [load(name, i, split) for i in range(count)] for name in datasets}
         self._voxels: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._grounds: dict[tuple[str, int, str], float] = {}
 
-    def draw(self, name: str, rng: np.random.Generator, points: int) -> Sample:
-        scans, spec = self.scans[name], get_dataset(name)
+    def draw(self, name: str, rng: np.random.Generator, points: int, ground: str | None = None) -> Sample:
+        """A training crop of one of dataset ``name``'s scans, heights from the crop's lowest point
+        (``ground`` None) or from the scan's ground by that rule (:func:`scan_ground`)."""
+        scans = self.scans[name]
         i = int(rng.integers(len(scans)))
+        return self.crop_of(name, i, scans[i], get_dataset(name), rng, points, ground)
+
+    def crop_of(
+        self,
+        name: str,
+        i: int,
+        scan: Scan,
+        spec: DatasetSpec,
+        rng: np.random.Generator,
+        points: int,
+        ground: str | None,
+    ) -> Sample:
+        """A crop of ``scan`` (scan ``i`` of ``name``), its grid sample and ground computed once."""
         if (name, i) not in self._voxels:
-            self._voxels[name, i] = grid_sample(scans[i].xyz, spec.grid)
-        return prepare(scans[i], spec, points=points, rng=rng, augment=True, voxels=self._voxels[name, i])[0]
+            self._voxels[name, i] = grid_sample(scan.xyz, spec.grid)
+        voxels = self._voxels[name, i]
+        level = None
+        if ground is not None:
+            if (name, i, ground) not in self._grounds:
+                self._grounds[name, i, ground] = scan_ground(scan, voxels[0], ground)
+            level = self._grounds[name, i, ground]
+        return prepare(scan, spec, points=points, rng=rng, augment=True, voxels=voxels, ground=level)[0]
 
 
 #: LiDAR positions merged into a training survey, in turn: from a sparse pass to one denser than
@@ -273,9 +312,7 @@ def train(
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     attributes = augment.preset(cfg.attribute_augment or "off")
-    height = cfg.height or "crop"
-    if height not in HEIGHTS:
-        raise ValueError(f"height must be one of {', '.join(HEIGHTS)}, got {height!r}")
+    ground = heights_from(cfg, model)
     pool = pool or ScanPool(cfg.datasets, cfg.scenes, load=survey_loader(cfg.surveys) if cfg.surveys else make_scan)
     val = (
         {name: [make_scan(name, i, "val") for i in range(cfg.eval_scenes)] for name in cfg.datasets}
@@ -310,11 +347,9 @@ def train(
             names = [cfg.datasets[i] for i in rng.integers(len(cfg.datasets), size=cfg.batch_size)]
         else:
             names = [cfg.datasets[step % len(cfg.datasets)]] * cfg.batch_size
-        samples = [pool.draw(n, rng, cfg.points) for n in names]
+        samples = [pool.draw(n, rng, cfg.points, ground) for n in names]
         keeps = augment.batch_keeps(rng, attributes) if attributes is not None else None
         for sample in samples:
-            if height == "scan":
-                sample.feat[:, HEIGHT] += sample.rise
             if attributes is not None:
                 sample.feat = augment.augment_features(sample.feat, sample.coord, rng, attributes, keeps)
         points, labels, allowed = collate(samples, device, domains=model.cfg.domains)
@@ -354,13 +389,13 @@ def train(
             break
     result.seconds = time.perf_counter() - start
     if cfg.presence_stats and result.steps == cfg.steps:
-        model.presence_stats = presence_statistics(model, cfg, pool, height, device)
+        model.presence_stats = presence_statistics(model, cfg, pool, ground, device)
     model.eval()
     return result
 
 
 def presence_statistics(
-    model: PTv3, cfg: TrainConfig, pool: ScanPool, height: str, device: torch.device | str
+    model: PTv3, cfg: TrainConfig, pool: ScanPool, ground: str | None, device: torch.device | str
 ) -> presence.Statistics:
     """:func:`mlcore.pointcloud.presence.calibrate` on ``cfg.presence_crops`` training crops, drawn as
     training draws them (the datasets in turn, heights as trained) but neither augmented nor re-mapped:
@@ -368,10 +403,7 @@ def presence_statistics(
     rng = np.random.default_rng((cfg.seed, 71))
     crops = []
     for i in range(cfg.presence_crops):
-        sample = pool.draw(cfg.datasets[i % len(cfg.datasets)], rng, cfg.points)
-        if height == "scan":
-            sample.feat[:, HEIGHT] += sample.rise
-        crops.append(sample)
+        crops.append(pool.draw(cfg.datasets[i % len(cfg.datasets)], rng, cfg.points, ground))
 
     def forward(samples: list[Sample]) -> None:
         model(collate(samples, device, domains=model.cfg.domains)[0])
@@ -386,7 +418,11 @@ def _scan_prediction(
     """For every input point of a whole scan: the dataset-restricted prediction, per MoE layer the
     top-1 expert, and whether its logits were all finite."""
     model.eval()
-    sample, where = prepare(scan, spec, points=None, rng=None, augment=False)
+    keep, inverse = grid_sample(scan.xyz, spec.grid)
+    sample, where = prepare(
+        scan, spec, points=None, rng=None, augment=False, voxels=(keep, inverse),
+        ground=scan_ground(scan, keep, model.cfg.ground),
+    )  # fmt: skip
     points, _, allowed = collate([sample], device, domains=model.cfg.domains)
     with presence.statistics(model, presence.pattern_of(sample.feat)):
         logits = model(points)

@@ -15,9 +15,9 @@ optionally mixed with SynMix, and measure per-class IoU on the held-out scans.
   silently there. It drops attributes from fewer crops than the zoo's "robust" preset, because a
   user's classes may differ only by an attribute (road markings on asphalt) and every dropped crop
   is one they cannot be learnt from: bench/results/pointcloud-attributes.md measures both sides.
-- **Heights** of training crops are measured from the scan's lowest point, as at inference: a
-  user's crops are small against a whole scan, and measured from the crop's own lowest point a
-  crop of ceiling looks like floor.
+- **Heights** of training crops are measured from the scan's ground by the model's rule (its
+  ``PTv3Config.ground``), as at inference: a user's crops are small against a whole scan, and
+  measured from the crop's own lowest point a crop of ceiling looks like floor.
 - **Evaluation** predicts whole held-out scans (in chunks of at most ``chunk`` voxels along x, so
   memory stays bounded), carries each voxel's label to its points and counts IoU per class over all
   held-out points.
@@ -37,7 +37,7 @@ import torch
 
 from mlcore.pointcloud import presence
 from mlcore.pointcloud.datasets import IGNORE, DatasetSpec, get_dataset, grid_sample, point_features
-from mlcore.pointcloud.pipeline import Sample, ScanPool, confusion, prepare, save_segmenter
+from mlcore.pointcloud.pipeline import Sample, ScanPool, confusion, save_segmenter, scan_ground
 from mlcore.pointcloud.ptv3 import PointBatch, PTv3, restrict_logits
 from mlcore.pointcloud.scenes import LABELS
 from mlcore.pointcloud.segmenter_classes import read_classes, user_block
@@ -108,17 +108,13 @@ class UserPool(ScanPool):
         self.space = space
         self.spec = user_spec(voxel)
 
-    def draw(self, name: str, rng: np.random.Generator, points: int) -> Sample:
-        k = len(self.space.names)
+    def draw(self, name: str, rng: np.random.Generator, points: int, ground: str | None = None) -> Sample:
         if name != USER:
-            sample = super().draw(name, rng, points)
-            sample.allowed = _pad(sample.allowed, k)
+            sample = super().draw(name, rng, points, ground)
+            sample.allowed = _pad(sample.allowed, len(self.space.names))
             return sample
         i = int(rng.integers(len(self.user_scans)))
-        scan = self.user_scans[i]
-        if (USER, i) not in self._voxels:
-            self._voxels[USER, i] = grid_sample(scan.xyz, self.spec.grid)
-        sample = prepare(scan, self.spec, points=points, rng=rng, augment=True, voxels=self._voxels[USER, i])[0]
+        sample = self.crop_of(USER, i, self.user_scans[i], self.spec, rng, points, ground)
         sample.allowed = self.space.user_allowed
         return sample
 
@@ -131,9 +127,11 @@ def mix(synmix: Sequence[str]) -> tuple[str, ...]:
 
 @torch.no_grad()
 def predict(model: PTv3, scan: Scan, allowed: np.ndarray, voxel: float, *, device: Any = "cpu") -> np.ndarray:
-    """The restricted prediction for every point of a whole scan."""
+    """The restricted prediction for every point of a whole scan, heights from the whole scan's
+    ground (:func:`~mlcore.pointcloud.pipeline.scan_ground`) in every chunk."""
     model.eval()
     keep, inverse = grid_sample(scan.xyz, voxel)
+    ground = scan_ground(scan, keep, model.cfg.ground)
     vox = scan.xyz[keep].astype(np.float64)
     rgb = None if scan.rgb is None else scan.rgb[keep]
     intensity = None if scan.intensity is None else scan.intensity[keep]
@@ -144,7 +142,9 @@ def predict(model: PTv3, scan: Scan, allowed: np.ndarray, voxel: float, *, devic
         for start in range(0, len(order), EVAL_CHUNK):
             idx = order[start : start + EVAL_CHUNK]
             xyz = vox[idx]
-            feat = point_features(xyz, None if rgb is None else rgb[idx], None if intensity is None else intensity[idx])
+            feat = point_features(
+                xyz, None if rgb is None else rgb[idx], None if intensity is None else intensity[idx], ground=ground
+            )
             coord = torch.from_numpy(((xyz - xyz.min(0)) / voxel).astype(np.float32))
             points = PointBatch(
                 coord.to(device),
@@ -243,7 +243,7 @@ def save_user_segmenter(
 def replace_datasets(cfg: Any, names: tuple[str, ...]) -> Any:
     """``cfg`` (a :class:`~mlcore.pointcloud.pipeline.TrainConfig`) drawing from ``names``, with the
     pipeline's SynMix evaluation off (the job evaluates the user's held-out scans itself), attribute
-    augmentation :data:`USER_ATTRIBUTE_AUGMENT` and heights above the scan's lowest point (as
+    augmentation :data:`USER_ATTRIBUTE_AUGMENT` and heights above the scan's ground (as
     :func:`predict` and ``pointcloud-segment`` measure them) unless ``cfg`` names others."""
     augment = cfg.attribute_augment if cfg.attribute_augment is not None else USER_ATTRIBUTE_AUGMENT
     height = cfg.height if cfg.height is not None else "scan"

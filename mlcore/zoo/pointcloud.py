@@ -56,22 +56,22 @@ _TRAIN = {
     "attribute_augment": "batch-30",
     "presence_stats": True,
 }
-#: Both recipes cut patches locally (a tile labels like the whole scan) and start heights at a
-#: robust ground (points under the ground do not lift the scan).
-_SCAN = {"patch_layout": "local", "ground": "robust"}
+#: Both recipes (and ``pointcloud-train``'s models) cut patches locally (a tile labels like the whole
+#: scan) and start heights at a robust ground (points under the ground do not lift the scan).
+SCAN_LAYOUT = {"patch_layout": "local", "ground": "robust"}
 RECIPES: dict[str, SegmenterRecipe] = {
     r.name: r
     for r in (
         SegmenterRecipe(
             "pointmoe-synmix",
             "Point-MoE PTv3-lite (W_o → 4 gated-ReLU experts, top-2), SynMix A–D",
-            {"proj": "moe", "proj_ratio": 1.0, "experts": 4, "top_k": 2, **_SCAN},
+            {"proj": "moe", "proj_ratio": 1.0, "experts": 4, "top_k": 2, **SCAN_LAYOUT},
             _TRAIN,
         ),
         SegmenterRecipe(
             "ptv3-synmix-dense",
             "Dense PTv3-lite twin (W_o → one gated MLP of width 2C: equal active compute), SynMix A–D",
-            {"proj": "dense", "proj_ratio": 2.0, **_SCAN},
+            {"proj": "dense", "proj_ratio": 2.0, **SCAN_LAYOUT},
             _TRAIN,
         ),
     )

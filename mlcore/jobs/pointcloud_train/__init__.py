@@ -327,12 +327,16 @@ def _layout(architecture: str, top_k: int) -> dict[str, Any]:
 
 
 def _model_config(params: dict[str, Any], num_classes: int | None = None) -> PTv3Config:
+    """The architecture asked for, with the zoo's local patches and robust ground: without them a
+    tiled scan labels differently from the whole one, and a few points under the floor lift it."""
     from mlcore.pointcloud.ptv3 import PTv3Config
+    from mlcore.zoo.pointcloud import SCAN_LAYOUT
 
     return bind(
         PTv3Config,
         params,
         skip=(*TRAIN_PARAMS, *USER_PARAMS, "architecture", "seed"),
+        **SCAN_LAYOUT,
         **_layout(params["architecture"], params["top_k"]),
         **({"num_classes": num_classes} if num_classes is not None else {}),
     )

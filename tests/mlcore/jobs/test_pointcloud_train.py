@@ -33,6 +33,8 @@ def test_it_trains_point_moe_jointly_and_registers_a_segmenter_that_loads():
     assert registration.kind == "pointcloud-segmenter" and registration.card["architecture"] == "moe-proj"
     model, config = load_segmenter(registration.path)
     assert model.cfg.is_moe and config["card"]["datasets"] == ["A", "C"]
+    # As the zoo's: a tiled scan labels like the whole one, and points under the floor do not lift it.
+    assert (model.cfg.patch_layout, model.cfg.ground) == ("local", "robust")
 
 
 def test_on_synmix_it_trains_as_the_zoo_does_robust_to_both_attributes_with_statistics_per_presence():

@@ -69,6 +69,7 @@ def test_on_the_users_scans_it_trains_balanced_by_default_and_batch_30_when_aske
     assert any(line.startswith("attribute robustness balanced:") and "never dropped" in line for line in ctx.lines)
     model, config = load_segmenter(ctx.artifacts["segmenter"].path)
     assert robust_attributes(config) == () and getattr(model, "presence_stats", None) is None
+    assert (model.cfg.patch_layout, model.cfg.ground) == ("local", "robust")
 
     outcome, ctx = run({"attribute_augment": "batch-30"}, {"scans": [archive]})
     assert outcome.status == "succeeded", outcome.traceback

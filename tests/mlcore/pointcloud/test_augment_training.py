@@ -11,8 +11,8 @@ import torch
 
 from mlcore.pointcloud import augment, pipeline
 from mlcore.pointcloud.augment import robust_attributes
-from mlcore.pointcloud.datasets import get_dataset, make_scan
-from mlcore.pointcloud.pipeline import TrainConfig, confusion, load_segmenter, miou, train
+from mlcore.pointcloud.datasets import get_dataset, grid_sample, make_scan
+from mlcore.pointcloud.pipeline import TrainConfig, confusion, load_segmenter, miou, scan_ground, train
 from mlcore.pointcloud.ptv3 import PTv3, PTv3Config
 from mlcore.pointcloud.segment import segment_cloud
 from mlcore.pointcloud.user_train import USER_ATTRIBUTE_AUGMENT, label_space, replace_datasets, save_user_segmenter
@@ -99,7 +99,7 @@ def test_a_users_run_is_augmented_and_measures_heights_from_the_scan_unless_its_
     )
 
 
-def test_scan_heights_add_the_crops_rise_above_the_scans_lowest_point(monkeypatch, pool):
+def test_scan_heights_start_at_the_scans_ground_by_the_models_rule(monkeypatch, pool):
     seen: list[np.ndarray] = []
     original = pipeline.collate
 
@@ -108,19 +108,28 @@ def test_scan_heights_add_the_crops_rise_above_the_scans_lowest_point(monkeypatc
         return original(samples, *args, **kwargs)
 
     monkeypatch.setattr(pipeline, "collate", spy)
-    for height in ("crop", "scan"):
+    runs = (("crop", "lowest"), ("scan", "lowest"), ("scan", "robust"))
+    for height, ground in runs:
         cfg = TrainConfig(steps=1, batch_size=2, points=256, scenes=1, datasets=("A", "C"), height=height)
         torch.manual_seed(0)
-        train(PTv3(TINY), cfg, pool=pool)
-    crop_heights, scan_heights = seen[:2], seen[2:]
-    for by_crop, by_scan in zip(crop_heights, scan_heights, strict=True):
-        assert by_crop.min() == 0.0  # measured from the crop's own lowest point
-        rise = by_scan.min()
-        assert rise >= 0.0
-        np.testing.assert_allclose(by_scan, by_crop + rise, atol=1e-5)
+        train(PTv3(dataclasses.replace(TINY, ground=ground)), cfg, pool=pool)
+    by_crop, by_lowest, by_robust = (seen[2 * i : 2 * i + 2] for i in range(len(runs)))
+    # Every run draws the same crops (the height rule draws no random numbers): per crop, the three
+    # channels differ by a constant, the crop's lowest point above each ground.
+    drops = {}
+    for name, scan in ((n, pool.scans[n][0]) for n in ("A", "C")):
+        keep = grid_sample(scan.xyz, get_dataset(name).grid)[0]
+        drops[name] = scan_ground(scan, keep, "lowest") - scan_ground(scan, keep, "robust")
+    for crop, lowest, robust in zip(by_crop, by_lowest, by_robust, strict=True):
+        assert crop.min() == 0.0  # measured from the crop's own lowest point
+        rise = lowest.min()
+        assert rise >= 0.0  # no kept point lies under the scan's lowest
+        np.testing.assert_allclose(lowest, crop + rise, atol=1e-5)
+        assert any(np.allclose(robust, lowest + drop, atol=1e-5) for drop in drops.values())
+    assert all(drop < 0 for drop in drops.values())  # the robust ground lies above the lowest point
 
 
-def test_prepare_records_how_far_a_crop_lies_above_the_scans_lowest_point():
+def test_prepare_measures_heights_from_the_ground_it_is_given_or_from_the_crops_lowest_point():
     from mlcore.pointcloud.pipeline import prepare
     from mlcore.pointcloud.sensors import Scan
 
@@ -128,12 +137,16 @@ def test_prepare_records_how_far_a_crop_lies_above_the_scans_lowest_point():
     xyz = np.array([[0, 0, 0.0], [5, 5, 2.0], [5.1, 5, 2.1], [5, 5.1, 2.2]], np.float32)
     scan = Scan(xyz, None, None, np.arange(4, dtype=np.int32))
     for seed in range(6):
-        sample, _ = prepare(scan, get_dataset("A"), points=3, rng=np.random.default_rng(seed), augment=False)
-        taken = xyz[sample.labels, 2]
-        assert sample.rise == pytest.approx(float(taken.min()))  # the scan's lowest point is at 0
-        np.testing.assert_allclose(sample.feat[:, 4], taken - taken.min(), atol=1e-6)
-    whole, _ = prepare(scan, get_dataset("A"), points=None, rng=None, augment=False)
-    assert whole.rise == 0.0
+        own, _ = prepare(scan, get_dataset("A"), points=3, rng=np.random.default_rng(seed), augment=False)
+        taken = xyz[own.labels, 2]
+        np.testing.assert_allclose(own.feat[:, 4], taken - taken.min(), atol=1e-6)
+        floor, _ = prepare(
+            scan, get_dataset("A"), points=3, rng=np.random.default_rng(seed), augment=False, ground=-1.0
+        )
+        np.testing.assert_array_equal(floor.labels, own.labels)
+        np.testing.assert_allclose(floor.feat[:, 4], taken + 1.0, atol=1e-6)
+    keep = grid_sample(xyz, get_dataset("A").grid)[0]
+    assert scan_ground(scan, keep, "lowest") == 0.0
 
 
 def test_the_user_segmenter_records_its_augmentation_for_pointcloud_segment(tmp_path):
