@@ -35,8 +35,9 @@ def test_outliers_under_a_street_change_few_labels_with_the_robust_ground() -> N
         dirty = segment_cloud(model, noisy, None, intensity, grid=spec.grid).labels[: len(scan.xyz)]
         changed[ground] = float((clean != dirty).mean())
         accuracy[ground] = float((clean == scan.labels).mean()), float((dirty == scan.labels).mean())
-    # Measured on the zoo's batch-30 recipe: 15% of the labels change with the robust ground (the
-    # outliers join patches; point accuracy 0.62 → 0.58), 67% from the lowest point (accuracy → 0.00).
-    # The 150-step recipe without augmentation changed 4.4% and 92%.
-    assert changed["robust"] < 0.2 and changed["lowest"] > 0.5, changed
+    # Measured on the zoo's batch-30 recipe trained with heights from the robust ground: 7.6% of the
+    # labels change with it (the outliers join patches; point accuracy 0.60 → 0.58), 63% from the
+    # lowest point (accuracy → 0.00). Trained from the lowest point, the same recipe changed 15%; the
+    # 150-step recipe without augmentation 4.4% and 92%.
+    assert changed["robust"] < 0.12 and changed["lowest"] > 0.5, changed
     assert accuracy["robust"][1] > accuracy["robust"][0] - 0.06 and accuracy["lowest"][1] < 0.2, accuracy
