@@ -384,25 +384,55 @@ def template_votes(extractor: Extractor, work: torch.Tensor, grid: Grid) -> torc
     """(stride, stride, M): for every phase (dy, dx) of the grid, the vote of the extractor's linear
     read-out (its matched filter, ``extractor.readout``) over the tiles of the grid at that phase.
 
-    The read-out of a tile at (y, x) is ⟨W_b, h(tile)⟩ per bit b, h the high-pass x − blur(x): over all
-    corners at once that is the cross-correlation of h(work) with each bit's template, one FFT per
-    channel and template instead of one extractor pass per tile and phase. The high-pass is taken on
-    the whole working image, so a tile's outermost ring of pixels sees its neighbours where the
-    extractor, reading the tile alone, does not (a difference on 1/8 of a 32-pixel tile's pixels).
+    The read-out of a tile at (y, x) is ⟨W_b, h(tile)⟩ per bit b, h the high-pass x − blur(x), and a
+    phase's vote is its tiles' mean. Summed over the tiles first, h folds with the stride's period into
+    an (S + T − 1)² window per axis (S the stride, T the tile), and all S² phases' sums are one small
+    cross-correlation of that window with the templates (:func:`_phase_sums`): the cost no longer
+    grows with the image past the fold. The high-pass is taken on the whole working image, so a tile's
+    outermost ring of pixels sees its neighbours where the extractor, reading the tile alone, does not
+    (a difference on 1/8 of a 32-pixel tile's pixels).
     """
     if extractor.readout is None:
         raise ValueError("the template phase search needs an extractor with a linear read-out")
-    tile, stride = grid.tile, grid.stride
     x = work[0].float().cpu()
     detail = x - F.avg_pool2d(x[None], 3, stride=1, padding=1, count_include_pad=False)[0]
-    height, width = detail.shape[-2:]
-    templates = extractor.readout.weight.detach().float().cpu().reshape(-1, 3, tile, tile)
-    spectrum = torch.fft.rfft2(detail)[None] * torch.fft.rfft2(templates, s=(height, width)).conj()
-    # Circular cross-correlation; corners up to (height − tile, width − tile) never wrap.
-    scores = torch.fft.irfft2(spectrum.sum(1), s=(height, width))[:, : height - tile + 1, : width - tile + 1]
-    return torch.stack(
-        [torch.stack([scores[:, dy::stride, dx::stride].mean((1, 2)) for dx in range(stride)]) for dy in range(stride)]
-    )
+    templates = extractor.readout.weight.detach().float().cpu().reshape(-1, 3, grid.tile, grid.tile)
+    sums, counts = _phase_sums(detail, templates, grid.stride)
+    return (sums / counts).permute(1, 2, 0)
+
+
+def _phase_sums(detail: torch.Tensor, templates: torch.Tensor, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """((M, S, S) sums of ⟨W_b, h(tile)⟩ over the tiles of each phase, (S, S) tile counts) of a (3, H, W)
+    high-pass. Along an axis of P = H − T + 1 corners, every phase has n − 1 tiles (n = ⌈P / S⌉) and
+    the first r = P − (n − 1)·S phases one more, the n-th: the first n − 1 fold into one window, the
+    last row (column) of tiles is a window of its own, and the four combinations are added."""
+    tile = templates.shape[-1]
+
+    def axis(length: int) -> tuple[int, int]:
+        n = max(1, -(-(length - tile + 1) // stride))
+        return n, length - tile + 1 - (n - 1) * stride
+
+    (ny, ry), (nx, rx) = axis(detail.shape[1]), axis(detail.shape[2])
+
+    def fold(x: torch.Tensor, dim: int, n: int, r: int, extra: bool) -> torch.Tensor:
+        if extra:  # the last tiles along dim, at the r phases that hold them
+            return x.narrow(dim, (n - 1) * stride, r + tile - 1)
+        shape = list(x.shape)
+        shape[dim] = stride + tile - 1
+        window = x.new_zeros(shape)
+        for m in range(n - 1):
+            window += x.narrow(dim, m * stride, stride + tile - 1)
+        return window
+
+    sums = torch.zeros(len(templates), stride, stride)
+    for last_row in (False, True):
+        rows = fold(detail, 1, ny, ry, last_row)
+        for last_col in (False, True):
+            part = F.conv2d(fold(rows, 2, nx, rx, last_col)[None], templates)[0]
+            sums[:, : part.shape[1], : part.shape[2]] += part
+    phases = torch.arange(stride)
+    counts = (ny - 1 + (phases < ry)).float()[:, None] * (nx - 1 + (phases < rx)).float()[None, :]
+    return sums, counts
 
 
 def template_phase(extractor: Extractor, work: torch.Tensor, grid: Grid) -> tuple[int, int]:

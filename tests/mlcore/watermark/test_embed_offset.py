@@ -311,13 +311,14 @@ def test_the_template_votes_of_every_phase_are_the_read_outs_of_that_phases_tile
     torch.manual_seed(0)
     extractor = Extractor(num_bits=48, image_size=TILE, channels=(4, 4), head_channels=2, hidden=4, linear_readout=True)
     torch.nn.init.normal_(extractor.readout.weight, std=0.05)
-    grid = embed.Grid(72, 88, TILE, whole=False)
+    grid = embed.Grid(76, 90, TILE, whole=False)
     work = torch.rand(1, 3, grid.height, grid.width) * 2 - 1
     votes = embed.template_votes(extractor, work, grid)
     assert votes.shape == (STRIDE, STRIDE, 48)
     x = work[0]
     detail = x - torch.nn.functional.avg_pool2d(x[None], 3, stride=1, padding=1, count_include_pad=False)[0]
-    for phase in [(0, 0), (3, 5), (STRIDE - 1, STRIDE - 1)]:
+    # 61 corners per column and 75 per row: the phases before (5, 3) hold one more tile than those past them.
+    for phase in [(0, 0), (4, 2), (5, 3), (4, 3), (5, 2), (STRIDE - 1, STRIDE - 1)]:
         tiles = torch.stack([detail[:, y : y + TILE, x0 : x0 + TILE] for y, x0 in grid.origins(phase)])
         direct = (tiles.flatten(1) @ extractor.readout.weight.T + extractor.readout.bias).mean(0)
         torch.testing.assert_close(votes[phase] + extractor.readout.bias, direct, atol=1e-5, rtol=1e-5)
