@@ -44,15 +44,15 @@ _TRAIN = {
     "scenes": 48,
     "lr": 3e-3,
     "seed": 0,
-    # Heights from the scan's lowest point, as segmentation measures them (not the crop's).
+    # Heights from the scan's ground by the model's rule (robust), as segmentation measures them (not the crop's).
     "height": "scan",
     # Robust to the attributes a scan carries, and not blind to them: 30% of the batches lose colour,
     # 30% intensity, and the BatchNorms keep statistics per attribute presence
     # (mlcore/pointcloud/presence.py). Chosen on SynMix, never on the held-out family
     # (bench/results/pointcloud-attributes.md, part 1, against the earlier 150-step recipe without
-    # augmentation: geometry only higher on every seen dataset, e.g. A 0.34 against 0.22, C 0.48
-    # against 0.15; as captured higher on the seen rooms, A 0.73 / B 0.71 against 0.70 / 0.67, and
-    # 0.01-0.03 lower on the streets and F; above the robust preset as captured on all six).
+    # augmentation: geometry only higher on every seen dataset, e.g. A 0.32 against 0.22, C 0.49
+    # against 0.15; as captured higher on the seen rooms, A 0.74 / B 0.74 against 0.70 / 0.67, and
+    # lower on D, E and F by 0.05 / 0.04 / 0.13; above the robust preset as captured on all six).
     "attribute_augment": "batch-30",
     "presence_stats": True,
 }

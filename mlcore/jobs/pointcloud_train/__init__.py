@@ -354,7 +354,7 @@ def attribute_augment(choice: str, *, user_scans: bool) -> str:
 
 
 def _train_config(params: dict[str, Any], *, user_scans: bool = False) -> TrainConfig:
-    """The run's TrainConfig, heights measured from the scan's lowest point as the zoo recipes and
+    """The run's TrainConfig, heights measured from the scan's ground as the zoo recipes and
     ``pointcloud-segment`` measure them (from a crop's own, a crop of ceiling is a floor). BatchNorm
     statistics per attribute presence are kept whenever the augmentation drops an attribute
     (:mod:`mlcore.pointcloud.presence`: without them such a model is blind to what only the attribute
