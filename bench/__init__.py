@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, str] = {
     "watermark-latency": "bench.watermark_latency",
     "watermark-embed": "bench.watermark_embed",
     "watermark-offset": "bench.watermark_offset",
+    "watermark-forgery": "bench.watermark_forgery",
     "video": "bench.video",
     "pointcloud": "bench.pointcloud",
     "pointcloud-encodings": "bench.pointcloud_encodings",

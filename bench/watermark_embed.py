@@ -295,10 +295,12 @@ def bundle_forgery(
     key: np.ndarray | None = None,
     offset_rng: np.random.Generator | None = None,
     key_aware: bool = False,
+    aligned: bool = False,
 ) -> dict[str, Any]:
     """:func:`forgery` for any bundle; ``key`` fixes the forged key (a Stable-Signature-like bundle's own),
     ``offset_rng`` draws a secret-offset bundle's offsets, ``key_aware`` reads every image for the key it
-    is scored against (:func:`read_for_key`; the threshold is calibrated on such reads)."""
+    is scored against (:func:`read_for_key`; the threshold is calibrated on such reads); ``aligned`` adds
+    the forger who first moves each mark to one phase (:func:`public_phase_shift`)."""
     import torch
 
     from mlcore.watermark import image_io
@@ -336,7 +338,29 @@ def bundle_forgery(
         targets,
         rng,
         read_for=read_for if key_aware else None,
+        phase_shift=(lambda pixels: public_phase_shift(extractor, pixels)) if aligned else None,
     )
+
+
+def public_phase_shift(extractor: Any, pixels: np.ndarray) -> tuple[float, float]:
+    """The (dy, dx) in source pixels by which a marked photo's mark lies past phase 0 of its working grid, as
+    anyone holding the public extractor finds it: the portal's own phase search (:func:`~mlcore.watermark.
+    embed.find_phase`) on the photo as read."""
+    from mlcore.watermark import embed
+    from mlcore.watermark.generator import from_uint8
+
+    height, width = pixels.shape[:2]
+    grid = embed.grid_for(height, width, extractor.image_size)
+    dy, dx = embed.find_phase(extractor, embed.to_working(from_uint8(pixels[None]), grid), grid)
+    return dy * height / grid.height, dx * width / grid.width
+
+
+def _moved(pixels: np.ndarray, by: tuple[float, ...] | None) -> np.ndarray:
+    """(H, W, C) float ``pixels`` moved by ``by`` = (dy, dx) pixels (cubic interpolation, edges reflected);
+    None: as they are."""
+    from scipy import ndimage
+
+    return pixels if by is None else ndimage.shift(pixels, (*by, 0), order=3, mode="reflect")
 
 
 def _forgery(
@@ -350,32 +374,39 @@ def _forgery(
     rng: np.random.Generator,
     *,
     read_for: Callable[[list[np.ndarray], np.ndarray], np.ndarray] | None = None,
+    phase_shift: Callable[[np.ndarray], tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
     """The forgery protocol for any marker: ``mark(pixels, i)`` → the marked PNG under ``key``,
     ``read_file(data)`` → (M,) bit probabilities of a file, ``read(images)`` → (n, M) of uint8 arrays;
     ``read_for(images, bits)`` → (n, M) read for that key, for a reader whose read depends on the key
-    it checks (then every score, the null's included, comes from it)."""
+    it checks (then every score, the null's included, comes from it). With ``phase_shift(marked)`` → how
+    far that photo's mark lies past phase 0 (pixels), the aligning forger too: each residual (marked
+    photo) moved back by it before the mean, so marks laid at secret phases add up as on a fixed grid."""
     from mlcore.watermark import image_io
     from mlcore.watermark.attacks import forge
     from mlcore.watermark.calibration import calibrate, matched_bits, rate_at
 
     num_bits = len(key)
     # Running sums at each N: the residuals (with the originals) and the marked photos (without).
-    residual = np.zeros(sources[0].shape)
-    marked_sum = np.zeros(sources[0].shape)
-    patterns: dict[tuple[int, bool], np.ndarray] = {}
+    alignments = (False, True) if phase_shift is not None else (False,)
+    residual = {a: np.zeros(sources[0].shape) for a in alignments}
+    marked_sum = {a: np.zeros(sources[0].shape) for a in alignments}
+    patterns: dict[tuple[int, bool, bool], np.ndarray] = {}
     own: list[np.ndarray] = []
     for i, pixels in enumerate(sources[: max(FORGE_NS)]):
         data = mark(pixels, i)
-        written = image_io.read(data).pixels.astype(np.float64)
-        residual += written - pixels
-        marked_sum += written
+        written = image_io.read(data).pixels
+        back = (0.0, 0.0) if phase_shift is None else tuple(-d for d in phase_shift(written))
+        for aligned in alignments:
+            residual[aligned] += _moved(written - pixels.astype(np.float64), back if aligned else None)
+            marked_sum[aligned] += _moved(written.astype(np.float64), back if aligned else None)
         own.append(read_file(data))
         if i + 1 in FORGE_NS:
             n = i + 1
-            patterns[(n, True)] = residual / n
             clean_mean = np.mean([c.astype(np.float64) for c in own_clean[:n]], axis=0)
-            patterns[(n, False)] = marked_sum / n - clean_mean
+            for aligned in alignments:
+                patterns[(n, True, aligned)] = residual[aligned] / n
+                patterns[(n, False, aligned)] = marked_sum[aligned] / n - clean_mean
 
     def scores(images: list[np.ndarray], bits: np.ndarray) -> np.ndarray:
         return matched_bits(read(images) if read_for is None else read_for(images, bits), bits)
@@ -401,8 +432,10 @@ def _forgery(
         "tpr_marked": rate(matched_bits(np.array(own), key)),
         "forged": {},
     }
-    for (n, originals), pattern in sorted(patterns.items(), key=lambda item: (item[0][0], not item[0][1])):
-        name = f"N={n} {'with' if originals else 'without'} originals"
+    for (n, originals, aligned), pattern in sorted(
+        patterns.items(), key=lambda item: (item[0][2], item[0][0], not item[0][1])
+    ):
+        name = f"N={n} {'with' if originals else 'without'} originals{', aligned' if aligned else ''}"
         forged_scores = scores([forge(t, pattern) for t in targets], key)
         out["forged"][name] = {
             **rate(forged_scores),

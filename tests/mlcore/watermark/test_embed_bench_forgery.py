@@ -88,3 +88,53 @@ def test_the_shipped_photo_markers_are_measured_whenever_their_checkpoint_is_com
     photo.mkdir(parents=True)
     (photo / "manifest.json").write_text(json.dumps({"files": {}}))
     assert bench.molm_folders()[bench.PHOTO_LABEL] == photo
+
+
+def test_the_aligned_forger_moves_each_mark_back_to_phase_zero_so_marks_at_secret_phases_add_up(monkeypatch):
+    """A toy marker: the key's bits as ±20 on an 8-pixel tile, tiled over the photo at a secret phase per
+    photo, read by folding the photo at phase 0. The plain mean of 8 marks at 8 phases smears the tile;
+    moved back by each photo's phase first (what the public phase search tells a forger), they add up."""
+    monkeypatch.setattr(bench, "FORGE_NS", (8,))
+    rng = np.random.default_rng(3)
+    key = rng.integers(0, 2, 48)
+    tile = np.zeros(64)
+    tile[:48] = np.where(key == 1, 20.0, -20.0)
+    mark = np.tile(tile.reshape(8, 8), (8, 8))[..., None]
+    phases = [(int(a), int(b)) for a, b in rng.integers(0, 8, (8, 2))]
+
+    def flat(n: int, seed: int) -> list[np.ndarray]:
+        r = np.random.default_rng(seed)
+        return [np.clip(r.integers(90, 160) + r.normal(0, 2, (64, 64, 3)), 0, 255).astype(np.uint8) for _ in range(n)]
+
+    def marked(pixels: np.ndarray, i: int) -> bytes:
+        return _png(np.clip(pixels + np.roll(mark, phases[i], axis=(0, 1)), 0, 255).astype(np.uint8))
+
+    def read_one(x: np.ndarray) -> np.ndarray:
+        h = x.astype(float).mean(-1)
+        folded = (h - h.mean()).reshape(8, 8, 8, 8).mean((0, 2)).ravel()[:48]
+        return 1 / (1 + np.exp(-folded))
+
+    from mlcore.watermark import image_io
+
+    found = iter(phases)
+    out = bench._forgery(
+        marked,
+        lambda data: read_one(image_io.read(data).pixels),
+        lambda images: np.stack([read_one(x) for x in images]),
+        key,
+        flat(8, 0),
+        flat(8, 1),
+        flat(40, 2),
+        np.random.default_rng(4),
+        phase_shift=lambda written: next(found),
+    )
+    forged = out["forged"]
+    assert list(forged) == [
+        "N=8 with originals",
+        "N=8 without originals",
+        "N=8 with originals, aligned",
+        "N=8 without originals, aligned",
+    ]
+    assert forged["N=8 with originals, aligned"]["value"] == 1.0
+    assert forged["N=8 without originals, aligned"]["value"] == 1.0
+    assert forged["N=8 with originals"]["value"] < 0.5 and forged["N=8 without originals"]["value"] < 0.5
