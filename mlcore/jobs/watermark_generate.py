@@ -140,7 +140,8 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
     if public:
         ctx.log(
             "These images are marked with the public demo markers (zoo:molm-tiny): anyone can read the "
-            "mark offline, so it shows how the method works, not who made the image."
+            "mark offline, and with ten of them stamp it on other images, so it shows how the method works, "
+            "not who made the image."
         )
     ctx.progress(0.1, f"sampling {params['count']} latents")
     latents = bundle.generator.sample_latents(params["count"], seed=params["seed"], steps=params["steps"])

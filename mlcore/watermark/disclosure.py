@@ -25,8 +25,10 @@ Aggregates must follow the same rule: a mean or histogram of S over other teams'
 job outputs aggregate over :func:`is_own` rows only (``mlcore.jobs.watermark_verify``).
 
 The public demo weights (``zoo:molm-tiny``, ``zoo:molm-photo``) are committed to the repository, so anyone can read a
-mark made with them offline; :func:`rests_on_public_weights` tells whether an extractor or markers
-folder holds them, and :data:`PUBLIC_WEIGHTS_NOTE` is the sentence every such verdict carries.
+mark made with them offline, and forge one: the mean of ten photos marked under one key, each moved to
+one phase by the public extractor's own phase search, is matched on 0.9 of clean photos
+(bench/results/watermark-forgery.md); :func:`rests_on_public_weights` tells whether an extractor or
+markers folder holds them, and :data:`PUBLIC_WEIGHTS_NOTE` is the sentence every such verdict carries.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ OWN_FIELDS = (
 FOREIGN_MATCHES = "watermark-foreign-matches"
 PUBLIC_WEIGHTS_NOTE = (
     "This verdict rests on the public demo weights of the zoo (zoo:molm-tiny, zoo:molm-photo): anyone can "
-    "read marks made with them offline, so it shows how the method works, not who made the image."
+    "read marks made with them offline, and with ten images marked under one key stamp that key on other "
+    "images, so it shows how the method works, not who made the image."
 )
 #: The committed checkpoints whose weights are public (``mlcore/zoo/checkpoints/*/manifest.json``).
 _ZOO = Path(__file__).resolve().parents[1] / "zoo" / "checkpoints"
