@@ -431,8 +431,9 @@ def latency_section(markdown: str) -> str | None:
 
 def embed_section(results: Path) -> list[str]:
     """The embed path's tables on photos at their own size (``python -m bench watermark-embed``), as that
-    study last wrote them in ``results``: its main section and its forgery table, a heading level down
-    (issue #23 asks for them in this report)."""
+    study last wrote them in ``results``: its main section and its forgery table, a heading level down,
+    and the aligned forger's (``python -m bench watermark-forgery``) after them (issue #23 asks for them
+    in this report)."""
     kept = report_excerpt(
         results / "watermark-embed.md",
         (
@@ -444,6 +445,16 @@ def embed_section(results: Path) -> list[str]:
     )
     if not kept:
         return []
+    aligned = report_excerpt(results / "watermark-forgery.md", (None,))
+    if aligned:
+        aligned = [
+            "",
+            "### Forgery when the forger aligns the marks",
+            "",
+            f"Copied from bench/results/watermark-forgery.md (`python -m bench watermark-forgery --tier full`, "
+            f"written {written_at(results / 'watermark-forgery.json')}).",
+            *aligned,
+        ]
     return [
         "",
         "## Watermarking the user's own photos (issue #23)",
@@ -451,6 +462,7 @@ def embed_section(results: Path) -> list[str]:
         f"Copied from bench/results/watermark-embed.md (`python -m bench watermark-embed --tier full`, written "
         f"{written_at(results / 'watermark-embed.json')}), which also has each learned method seed by seed.",
         *kept,
+        *aligned,
     ]
 
 
