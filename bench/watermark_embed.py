@@ -300,7 +300,9 @@ def bundle_forgery(
     """:func:`forgery` for any bundle; ``key`` fixes the forged key (a Stable-Signature-like bundle's own),
     ``offset_rng`` draws a secret-offset bundle's offsets, ``key_aware`` reads every image for the key it
     is scored against (:func:`read_for_key`; the threshold is calibrated on such reads); ``aligned`` adds
-    the forger who first moves each mark to one phase (:func:`public_phase_shift`)."""
+    the forgers who first move each mark to one phase: by the public extractor's phase search
+    (:func:`public_phase_shift`) and, without any extractor, by correlating the marked photos
+    (:func:`correlation_aligner`)."""
     import torch
 
     from mlcore.watermark import image_io
@@ -338,8 +340,18 @@ def bundle_forgery(
         targets,
         rng,
         read_for=read_for if key_aware else None,
-        phase_shift=(lambda pixels: public_phase_shift(extractor, pixels)) if aligned else None,
+        aligners={
+            PUBLIC_ALIGNER: functools.partial(public_phase_shift, extractor),
+            MUTUAL_ALIGNER: correlation_aligner(),
+        }
+        if aligned
+        else None,
     )
+
+
+#: The aligning forgers' names in the forgery rows (``"N=10 with originals, aligned by …"``).
+PUBLIC_ALIGNER = "the public phase search"
+MUTUAL_ALIGNER = "correlation"
 
 
 def public_phase_shift(extractor: Any, pixels: np.ndarray) -> tuple[float, float]:
@@ -353,6 +365,40 @@ def public_phase_shift(extractor: Any, pixels: np.ndarray) -> tuple[float, float
     grid = embed.grid_for(height, width, extractor.image_size)
     dy, dx = embed.find_phase(extractor, embed.to_working(from_uint8(pixels[None]), grid), grid)
     return dy * height / grid.height, dx * width / grid.width
+
+
+def correlation_aligner(reach: int | None = None) -> Callable[[np.ndarray], tuple[float, float]]:
+    """A forger's aligner that needs no extractor: the first marked photo it sees is the reference, and
+    each later one lies at the shift (within ±``reach`` px, default :data:`ALIGN_REACH`) where the
+    cross-correlation of its high-pass with the reference's peaks. The photos' contents are unrelated,
+    so what correlates is the mark's tile-periodic part, shifted by the difference of the two secret
+    phases (modulo the tile period, which the reach spans)."""
+    reference: list[np.ndarray] = []
+
+    def detail(pixels: np.ndarray) -> np.ndarray:
+        from scipy import ndimage
+
+        grey = pixels.astype(np.float64).mean(-1)
+        return grey - ndimage.uniform_filter(grey, 3, mode="reflect")
+
+    def shift(pixels: np.ndarray) -> tuple[float, float]:
+        h = detail(pixels)
+        if not reference:
+            reference.append(h)
+            return 0.0, 0.0
+        corr = np.fft.irfft2(np.fft.rfft2(h) * np.conj(np.fft.rfft2(reference[0])), s=h.shape)
+        shifts = np.arange(-(reach or ALIGN_REACH), (reach or ALIGN_REACH) + 1)
+        window = corr[np.ix_(shifts % h.shape[0], shifts % h.shape[1])]
+        dy, dx = np.unravel_index(int(window.argmax()), window.shape)
+        return float(shifts[dy]), float(shifts[dx])
+
+    return shift
+
+
+#: How far (source pixels) :func:`correlation_aligner` looks for a shift: half the tile period of a
+#: photo's working grid at ``FORGE_SIDE`` (24 working pixels ≈ 31 source pixels), so every phase
+#: difference has one shift in reach and no mark is moved further than it must be.
+ALIGN_REACH = 16
 
 
 def _moved(pixels: np.ndarray, by: tuple[float, ...] | None) -> np.ndarray:
@@ -374,32 +420,34 @@ def _forgery(
     rng: np.random.Generator,
     *,
     read_for: Callable[[list[np.ndarray], np.ndarray], np.ndarray] | None = None,
-    phase_shift: Callable[[np.ndarray], tuple[float, float]] | None = None,
+    aligners: dict[str, Callable[[np.ndarray], tuple[float, float]]] | None = None,
 ) -> dict[str, Any]:
     """The forgery protocol for any marker: ``mark(pixels, i)`` → the marked PNG under ``key``,
     ``read_file(data)`` → (M,) bit probabilities of a file, ``read(images)`` → (n, M) of uint8 arrays;
     ``read_for(images, bits)`` → (n, M) read for that key, for a reader whose read depends on the key
-    it checks (then every score, the null's included, comes from it). With ``phase_shift(marked)`` → how
-    far that photo's mark lies past phase 0 (pixels), the aligning forger too: each residual (marked
-    photo) moved back by it before the mean, so marks laid at secret phases add up as on a fixed grid."""
+    it checks (then every score, the null's included, comes from it). ``aligners``: name → ``f(marked)`` →
+    how far that photo's mark lies past a common phase (pixels); each adds an aligning forger, who moves
+    every residual (marked photo) back by it before the mean, so marks laid at secret phases add up as on
+    a fixed grid."""
     from mlcore.watermark import image_io
     from mlcore.watermark.attacks import forge
     from mlcore.watermark.calibration import calibrate, matched_bits, rate_at
 
     num_bits = len(key)
     # Running sums at each N: the residuals (with the originals) and the marked photos (without).
-    alignments = (False, True) if phase_shift is not None else (False,)
+    aligners = aligners or {}
+    alignments = ("", *aligners)
     residual = {a: np.zeros(sources[0].shape) for a in alignments}
     marked_sum = {a: np.zeros(sources[0].shape) for a in alignments}
-    patterns: dict[tuple[int, bool, bool], np.ndarray] = {}
+    patterns: dict[tuple[int, bool, str], np.ndarray] = {}
     own: list[np.ndarray] = []
     for i, pixels in enumerate(sources[: max(FORGE_NS)]):
         data = mark(pixels, i)
         written = image_io.read(data).pixels
-        back = (0.0, 0.0) if phase_shift is None else tuple(-d for d in phase_shift(written))
-        for aligned in alignments:
-            residual[aligned] += _moved(written - pixels.astype(np.float64), back if aligned else None)
-            marked_sum[aligned] += _moved(written.astype(np.float64), back if aligned else None)
+        back = {a: tuple(-d for d in aligners[a](written)) for a in aligners}
+        for a in alignments:
+            residual[a] += _moved(written - pixels.astype(np.float64), back.get(a))
+            marked_sum[a] += _moved(written.astype(np.float64), back.get(a))
         own.append(read_file(data))
         if i + 1 in FORGE_NS:
             n = i + 1
@@ -433,9 +481,9 @@ def _forgery(
         "forged": {},
     }
     for (n, originals, aligned), pattern in sorted(
-        patterns.items(), key=lambda item: (item[0][2], item[0][0], not item[0][1])
+        patterns.items(), key=lambda item: (alignments.index(item[0][2]), item[0][0], not item[0][1])
     ):
-        name = f"N={n} {'with' if originals else 'without'} originals{', aligned' if aligned else ''}"
+        name = f"N={n} {'with' if originals else 'without'} originals{f', aligned by {aligned}' if aligned else ''}"
         forged_scores = scores([forge(t, pattern) for t in targets], key)
         out["forged"][name] = {
             **rate(forged_scores),

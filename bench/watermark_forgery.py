@@ -7,9 +7,12 @@ tile-periodic part, and the embed study's averaging forger (bench/results/waterm
 by averaging") succeeds rarely. But the extractor is public (committed to this repository, and the
 portal reads with it), and its phase search (:func:`mlcore.watermark.embed.find_phase`) finds the phase
 of a mark in a marked photo for anyone: a forger who runs it on each of his N marked photos and moves
-each residual (or marked photo) back to phase 0 before averaging faces a fixed grid again.
+each residual (or marked photo) back to phase 0 before averaging faces a fixed grid again. A forger
+without any extractor (an operator's own, kept secret) can line the marks up too: the marked photos'
+high-passes correlate where their marks' tile-periodic parts do
+(:func:`bench.watermark_embed.correlation_aligner`).
 
-Both forgers run here in one run, on the embed study's protocol and images
+The three forgers run here in one run, on the embed study's protocol and images
 (:func:`bench.watermark_embed.bundle_forgery`: the same ``FORGE_SIDE``-px sources, clean targets,
 key and secret phases, the same 1 % FPR threshold τ), so the plain forger's rows are the baseline of
 the aligned ones. The full tier is the embed study's scale (100 marked sources, 500 clean targets) and
@@ -28,9 +31,12 @@ import numpy as np
 from bench.cache import Store
 from bench.common import full_tier_cache, stamp, write_results
 from bench.watermark_embed import (
+    ALIGN_REACH,
     FORGE_FPR,
     FORGE_SIDE,
+    MUTUAL_ALIGNER,
     OFFSET_SEED,
+    PUBLIC_ALIGNER,
     TARGET_PSNR,
     _folder_stamp,
     _path_stamp,
@@ -46,7 +52,7 @@ TIERS = {"quick": {"sources": 10, "targets": 100}, "full": {"sources": 100, "tar
 
 
 def measure(folder: Path, settings: dict[str, int]) -> dict[str, Any]:
-    """Both forgers against the markers in ``folder``, with the embed study's images, key and phases."""
+    """The three forgers against the markers in ``folder``, with the embed study's images, key and phases."""
     import torch
 
     from mlcore.watermark.pipeline import load_bundle
@@ -76,8 +82,10 @@ def report(result: dict[str, Any], tier: str) -> str:
         "",
         "The shipped default markers of `watermark-embed` (zoo:molm-photo) lay each photo's mark at a secret phase "
         "of the tile grid. The *plain* forger averages N marked photos as he finds them (the embed study's "
-        "protocol); the *aligned* forger first finds each mark's phase with the public extractor's phase search, "
-        "exactly as the portal does, and moves the residual (or the marked photo) back to phase 0.",
+        "protocol); the *aligned* forgers first move each residual (or marked photo) to one phase: found with the "
+        "public extractor's phase search, exactly as the portal does, or — with no extractor at all — at the "
+        f"shift (within ±{ALIGN_REACH} px) where the photo's high-pass correlates best with the first marked "
+        "photo's.",
         "",
         f"One key; {result['sources']} marked {FORGE_SIDE} × {FORGE_SIDE} crops of the shipped photos (mark at "
         f"{TARGET_PSNR:.0f} dB); the mean of N residuals (with the originals) or of N marked photos less the mean "
@@ -88,28 +96,28 @@ def report(result: dict[str, Any], tier: str) -> str:
         "share of forged crops matched at τ (lower is better; target ≤ 0.05 for the default marker), 95 % "
         "interval in brackets.",
         "",
-        "| N | originals | plain forger | aligned forger | matched bits, plain / aligned "
-        "| pattern PSNR (dB), plain / aligned |",
+        "| N | originals | plain forger | aligned by the public phase search | aligned by correlation "
+        "| matched bits, plain / search / correlation |",
         "|---|---|---|---|---|---|",
     ]
     forged = result["forged"]
     for name, plain in forged.items():
-        if name.endswith(", aligned"):
+        if ", aligned by " in name:
             continue
-        aligned = forged[f"{name}, aligned"]
+        search, mutual = forged[f"{name}, aligned by {PUBLIC_ALIGNER}"], forged[f"{name}, aligned by {MUTUAL_ALIGNER}"]
         n, originals = name.split(" ", 1)
+        bits = " / ".join(f"{r['mean_matched_bits']:.1f}" for r in (plain, search, mutual))
         lines.append(
             f"| {n.removeprefix('N=')} | {originals.removesuffix(' originals')} | {cell(plain)} | "
-            f"**{cell(aligned)}** | {plain['mean_matched_bits']:.1f} / {aligned['mean_matched_bits']:.1f} | "
-            f"{plain['pattern_psnr']:.1f} / {aligned['pattern_psnr']:.1f} |"
+            f"**{cell(search)}** | **{cell(mutual)}** | {bits} |"
         )
     lines += [
         "",
         "A secret phase per photo stops only a forger who does not look for it: the phase search the portal needs "
-        "to read a mark tells anyone holding the public extractor where each mark lies, and aligned marks add up "
-        "as on a fixed grid. Resisting this forger needs a phase (or a reader) the forger cannot compute — a "
-        "secret extractor, or marks whose placement depends on the key and the content — which no shipped marker "
-        "has.",
+        "to read a mark tells anyone holding the public extractor where each mark lies, the marks' own "
+        "correlation tells anyone who has a few marked photos, and aligned marks add up as on a fixed grid. "
+        "Resisting this forger needs marks whose placement the forger cannot compute or observe — placed by the "
+        "key and the content, say — which no shipped marker has.",
         "",
         f"CPU: {result['cpu_seconds']:.0f} s (one thread).",
     ]
@@ -119,6 +127,7 @@ def report(result: dict[str, Any], tier: str) -> str:
 def run(tier: str, results: Path) -> None:
     settings = TIERS[tier]
     cache = full_tier_cache(Store.named(NAME), tier)
-    key = f"forgery/{_folder_stamp(MARKERS)}/{_path_stamp()}/{stamp(settings)}"
+    forgers = (PUBLIC_ALIGNER, MUTUAL_ALIGNER, ALIGN_REACH)
+    key = f"forgery/{_folder_stamp(MARKERS)}/{_path_stamp()}/{stamp((settings, forgers))}"
     result = measure(MARKERS, settings) if cache is None else cache.cached(key, lambda: measure(MARKERS, settings))
     write_results(results, NAME, report(result, tier), {"tier": tier, "settings": settings, "result": result})
