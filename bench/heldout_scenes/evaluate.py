@@ -499,9 +499,10 @@ def report(result: dict[str, Any]) -> str:
         "",
         "### Diagnostic: low outliers",
         "",
-        "The model's height feature is measured from the scan's lowest point, and this family's scans hold gross "
-        "outliers, some below the ground. The same reference files segmented after lifting every height below the "
-        f"{CLAMP_QUANTILE:.1%} quantile to it (not what the job does; not counted towards the goal):",
+        "This family's scans hold gross outliers, some below the ground, and the model's height feature starts at "
+        "the scan's ground by its own rule (`PTv3Config.ground`; the zoo's is robust to a few points under it). The "
+        f"same reference files segmented after lifting every height below the {CLAMP_QUANTILE:.1%} quantile to it "
+        "(not what the job does; not counted towards the goal):",
         "",
         "| scans | fine mIoU | coarse mIoU | coarse IoU per class |",
         "|---|---|---|---|",
