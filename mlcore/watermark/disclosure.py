@@ -25,10 +25,11 @@ Aggregates must follow the same rule: a mean or histogram of S over other teams'
 job outputs aggregate over :func:`is_own` rows only (``mlcore.jobs.watermark_verify``).
 
 The public demo weights (``zoo:molm-tiny``, ``zoo:molm-photo``) are committed to the repository, so anyone can read a
-mark made with them offline, and forge one: the mean of ten photos marked under one key, each moved to
-one phase by the public extractor's own phase search (or by correlating the photos), is matched on
-over 0.9 of clean photos (bench/results/watermark-forgery.md); :func:`rests_on_public_weights` tells whether an extractor or
-markers folder holds them, and :data:`PUBLIC_WEIGHTS_NOTE` is the sentence every such verdict carries.
+mark made with them offline, and forge one: the mean of ten photos marked under one key, each moved
+to one phase by the public extractor's own phase search (or by correlating the photos), is matched on
+over 0.9 of clean photos (bench/results/watermark-forgery.md). :func:`rests_on_public_weights` tells
+whether an extractor or markers folder holds them, and :data:`PUBLIC_WEIGHTS_NOTE` is the sentence
+every such verdict carries.
 """
 
 from __future__ import annotations

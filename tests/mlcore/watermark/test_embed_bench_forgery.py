@@ -92,10 +92,10 @@ def test_the_shipped_photo_markers_are_measured_whenever_their_checkpoint_is_com
 
 def test_aligning_forgers_move_every_mark_to_one_phase_so_marks_at_secret_phases_add_up(monkeypatch):
     """A toy marker: the key's bits as ±20 on 48 scattered pixels of an 8-pixel tile (0 on the other 16),
-    tiled over the photo at a secret phase per photo, read by folding the photo at the phase where the fold is most confident (as the portal
-    searches). Moved to one phase first (each photo's phase, as the public phase search tells a forger,
-    or found by correlating the marked photos with no reader at all), 8 marks add up where their plain
-    mean smears the tile."""
+    tiled over the photo at a secret phase per photo, read by folding the photo at the phase where the
+    fold is most confident (as the portal searches). Moved to one phase first (each photo's phase, as the
+    public phase search tells a forger, or found by correlating the marked photos with no reader at all),
+    8 marks add up where their plain mean smears the tile."""
     monkeypatch.setattr(bench, "FORGE_NS", (8,))
     rng = np.random.default_rng(3)
     key = rng.integers(0, 2, 48)
