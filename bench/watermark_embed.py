@@ -265,24 +265,38 @@ def read_for_key(
     return torch.sigmoid(read_logits_for_key(extractor, pixels, key_t, votes)).numpy()
 
 
-def _template_votes(extractor: Any, pixels: np.ndarray) -> Any:
-    """The template votes of every phase of a uint8 image's working grid (:func:`~mlcore.watermark.embed.
-    template_votes`), for a reader that checks several keys against the same image."""
+def _working(extractor: Any, pixels: np.ndarray) -> tuple[Any, Any]:
+    """(working image, grid) of a uint8 (H, W, 3) image, as the portal's reader makes them."""
     from mlcore.watermark import embed
     from mlcore.watermark.generator import from_uint8
 
     grid = embed.grid_for(*pixels.shape[:2], extractor.image_size)
-    return embed.template_votes(extractor, embed.to_working(from_uint8(pixels[None]), grid), grid)
+    return embed.to_working(from_uint8(pixels[None]), grid), grid
+
+
+def _template_votes(extractor: Any, pixels: np.ndarray) -> Any:
+    """The template votes of every phase of a uint8 image's working grid (:func:`~mlcore.watermark.embed.
+    template_votes`), for a reader that checks several keys against the same image."""
+    from mlcore.watermark import embed
+
+    return embed.template_votes(extractor, *_working(extractor, pixels))
 
 
 def forgery(
-    folder: Path, sources: list[np.ndarray], own_clean: list[np.ndarray], targets: list[np.ndarray], seed: int
+    folder: Path,
+    sources: list[np.ndarray],
+    own_clean: list[np.ndarray],
+    targets: list[np.ndarray],
+    seed: int,
+    *,
+    aligned: bool = False,
 ) -> dict[str, Any]:
-    """The averaging forgery against one markers folder (see the module docstring); rates with 95 % intervals."""
+    """The averaging forgery against one markers folder (see the module docstring), with the aligning
+    forgers too when ``aligned`` (:func:`bundle_forgery`); rates with 95 % intervals."""
     from mlcore.watermark.pipeline import load_bundle
 
     offsets = np.random.default_rng(OFFSET_SEED + 1)
-    return bundle_forgery(load_bundle(folder), sources, own_clean, targets, seed, offset_rng=offsets)
+    return bundle_forgery(load_bundle(folder), sources, own_clean, targets, seed, offset_rng=offsets, aligned=aligned)
 
 
 def bundle_forgery(
@@ -359,11 +373,10 @@ def public_phase_shift(extractor: Any, pixels: np.ndarray) -> tuple[float, float
     anyone holding the public extractor finds it: the portal's own phase search (:func:`~mlcore.watermark.
     embed.find_phase`) on the photo as read."""
     from mlcore.watermark import embed
-    from mlcore.watermark.generator import from_uint8
 
+    work, grid = _working(extractor, pixels)
+    dy, dx = embed.find_phase(extractor, work, grid)
     height, width = pixels.shape[:2]
-    grid = embed.grid_for(height, width, extractor.image_size)
-    dy, dx = embed.find_phase(extractor, embed.to_working(from_uint8(pixels[None]), grid), grid)
     return dy * height / grid.height, dx * width / grid.width
 
 
@@ -373,22 +386,19 @@ def correlation_aligner(reach: int | None = None) -> Callable[[np.ndarray], tupl
     cross-correlation of its high-pass with the reference's peaks. The photos' contents are unrelated,
     so what correlates is the mark's tile-periodic part, shifted by the difference of the two secret
     phases (modulo the tile period, which the reach spans)."""
-    reference: list[np.ndarray] = []
+    shifts = np.arange(-(reach or ALIGN_REACH), (reach or ALIGN_REACH) + 1)
+    reference: list[np.ndarray] = []  # the first photo's conjugate spectrum
 
-    def detail(pixels: np.ndarray) -> np.ndarray:
+    def shift(pixels: np.ndarray) -> tuple[float, float]:
         from scipy import ndimage
 
         grey = pixels.astype(np.float64).mean(-1)
-        return grey - ndimage.uniform_filter(grey, 3, mode="reflect")
-
-    def shift(pixels: np.ndarray) -> tuple[float, float]:
-        h = detail(pixels)
+        spectrum = np.fft.rfft2(grey - ndimage.uniform_filter(grey, 3, mode="reflect"))
         if not reference:
-            reference.append(h)
+            reference.append(np.conj(spectrum))
             return 0.0, 0.0
-        corr = np.fft.irfft2(np.fft.rfft2(h) * np.conj(np.fft.rfft2(reference[0])), s=h.shape)
-        shifts = np.arange(-(reach or ALIGN_REACH), (reach or ALIGN_REACH) + 1)
-        window = corr[np.ix_(shifts % h.shape[0], shifts % h.shape[1])]
+        corr = np.fft.irfft2(spectrum * reference[0], s=grey.shape)
+        window = corr[np.ix_(shifts % grey.shape[0], shifts % grey.shape[1])]
         dy, dx = np.unravel_index(int(window.argmax()), window.shape)
         return float(shifts[dy]), float(shifts[dx])
 
@@ -445,9 +455,11 @@ def _forgery(
         data = mark(pixels, i)
         written = image_io.read(data).pixels
         back = {a: tuple(-d for d in aligners[a](written)) for a in aligners}
+        marked_f = written.astype(np.float64)
+        residual_f = marked_f - pixels
         for a in alignments:
-            residual[a] += _moved(written - pixels.astype(np.float64), back.get(a))
-            marked_sum[a] += _moved(written.astype(np.float64), back.get(a))
+            residual[a] += _moved(residual_f, back.get(a))
+            marked_sum[a] += _moved(marked_f, back.get(a))
         own.append(read_file(data))
         if i + 1 in FORGE_NS:
             n = i + 1
@@ -896,9 +908,17 @@ def study_inputs(tier: str) -> dict[str, Any]:
     return {
         "images": [pixels for _, pixels in named],
         "held": [name in held_names for name, _ in named],
-        "sources": square_crops(settings["forge_sources"], FORGE_SIDE, seed=21),
+        **forgery_inputs(settings["forge_sources"], settings["forge_targets"]),
+    }
+
+
+def forgery_inputs(sources: int, targets: int) -> dict[str, list[np.ndarray]]:
+    """The forgery's seeded ``FORGE_SIDE``-px crops: the photos marked (``sources``), the forger's own
+    clean photos and the clean ``targets`` (each list a prefix of a longer one with the same seed)."""
+    return {
+        "sources": square_crops(sources, FORGE_SIDE, seed=21),
         "own_clean": square_crops(max(FORGE_NS), FORGE_SIDE, seed=22),
-        "targets": square_crops(settings["forge_targets"], FORGE_SIDE, seed=23),
+        "targets": square_crops(targets, FORGE_SIDE, seed=23),
     }
 
 

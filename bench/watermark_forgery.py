@@ -22,11 +22,8 @@ path's code); the quick tier forges with N = 10 on 100 targets.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from bench.cache import Store
 from bench.common import full_tier_cache, stamp, write_results
@@ -35,13 +32,13 @@ from bench.watermark_embed import (
     FORGE_FPR,
     FORGE_SIDE,
     MUTUAL_ALIGNER,
-    OFFSET_SEED,
     PUBLIC_ALIGNER,
     TARGET_PSNR,
+    _cached,
     _folder_stamp,
     _path_stamp,
-    bundle_forgery,
-    square_crops,
+    forgery,
+    forgery_inputs,
 )
 
 NAME = "watermark-forgery"
@@ -49,26 +46,6 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The shipped default markers of ``watermark-embed``.
 MARKERS = ROOT / "mlcore" / "zoo" / "checkpoints" / "molm-photo"
 TIERS = {"quick": {"sources": 10, "targets": 100}, "full": {"sources": 100, "targets": 500}}
-
-
-def measure(folder: Path, settings: dict[str, int]) -> dict[str, Any]:
-    """The three forgers against the markers in ``folder``, with the embed study's images, key and phases."""
-    import torch
-
-    from mlcore.watermark.pipeline import load_bundle
-
-    torch.set_num_threads(1)
-    began = time.process_time()
-    out = bundle_forgery(
-        load_bundle(folder),
-        square_crops(settings["sources"], FORGE_SIDE, seed=21),
-        square_crops(settings["sources"], FORGE_SIDE, seed=22),
-        square_crops(settings["targets"], FORGE_SIDE, seed=23),
-        seed=2,
-        offset_rng=np.random.default_rng(OFFSET_SEED + 1),
-        aligned=True,
-    )
-    return {**out, "cpu_seconds": round(time.process_time() - began, 1)}
 
 
 def report(result: dict[str, Any], tier: str) -> str:
@@ -125,9 +102,14 @@ def report(result: dict[str, Any], tier: str) -> str:
 
 
 def run(tier: str, results: Path) -> None:
+    """The three forgers against the shipped markers, with the embed study's images, key and phases."""
+    import torch
+
+    torch.set_num_threads(1)
     settings = TIERS[tier]
     cache = full_tier_cache(Store.named(NAME), tier)
     forgers = (PUBLIC_ALIGNER, MUTUAL_ALIGNER, ALIGN_REACH)
     key = f"forgery/{_folder_stamp(MARKERS)}/{_path_stamp()}/{stamp((settings, forgers))}"
-    result = measure(MARKERS, settings) if cache is None else cache.cached(key, lambda: measure(MARKERS, settings))
+    inputs = forgery_inputs(settings["sources"], settings["targets"])
+    result = _cached(cache, key, lambda: forgery(MARKERS, **inputs, seed=2, aligned=True))
     write_results(results, NAME, report(result, tier), {"tier": tier, "settings": settings, "result": result})
