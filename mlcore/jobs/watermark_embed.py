@@ -33,7 +33,7 @@ SELF_CHECK_FPR = 1e-3
 NEAR_CHANCE = 0.65
 UNTRAINED_READER = (
     "The extractor was trained on its generator's own images, not on residual-marked photos, so it cannot read "
-    "these marks: pick zoo:molm-photo, whose extractor was trained on them."
+    "these marks: pick zoo:molm-photo-tiles, whose extractor was trained on them."
 )
 
 
@@ -105,32 +105,35 @@ portal reads an upload; a file in which the mark is not detected is reported as 
 verify can read, and the job never calls it marked. The *Extractor trained on marked photos* figure
 says whether the reader was taught this kind of mark.
 
-**What is shipped, and how well it reads.** The default markers are zoo:molm-photo: MOLM's own
-markers (48-bit keys; the paper's key-routed LoRA adapters on a 32-pixel VAE, without the bias shift
-of the demo generator's markers) and an extractor, trained together on photos marked exactly as this
-job marks them (`python -m mlcore.zoo train molm-photo`). Each photo's mark is laid at a fresh secret
-phase of the tile grid, which the reader finds by a template search before it reads, so the marks of
-different photos do not line up. Measured on 120 crops (256–640 px) of the photos scikit-image and
-scikit-learn ship, marked at 38 dB (bench/results/watermark-embed.md): the reader gets back 69 % of
-the key's bits (56 % after JPEG-75, 60 % after halving the size), where 50 % is a guess; on 320-px
-photos 96 % of the marks are detected at a 1 % false-positive rate. Averaging marked photos to forge
-the mark on clean ones succeeds in 2–4 % of tries with 100 photos or without the originals, and in
-6.6 % with 10 marked photos and their originals (the goal is at most 5 %). The job's self-check uses
-the portal's stricter 0.1 % rate (36 of 48 bits): expect the mark to be detected in most photos as
-written, and rarely after JPEG or resizing. The targets (95 % of the bits after JPEG-75 and after a
-0.5 resize at 38 dB) are not met; a lower target PSNR makes the mark stronger. zoo:molm-tiny (the
-demo generator's markers) can still be picked: its extractor never learnt to read marks on photos,
-which it reads at chance.
+**What is shipped, and how well it reads.** The default markers are zoo:molm-photo-tiles: MOLM's
+own markers (48-bit keys; the paper's key-routed LoRA adapters on a 32-pixel VAE, without the bias
+shift of the demo generator's markers) and an extractor, trained together on photos marked exactly as
+this job marks them (`python -m mlcore.zoo train molm-photo`). Every tile carries your key with some
+bits flipped, and which bits depends on the tile's own content; the reader computes the same flips
+from the file it reads and undoes them (spread spectrum). Measured on 120 crops (256–640 px) of the
+photos scikit-image and scikit-learn ship, marked at 38 dB (bench/results/watermark-forgery.md): the
+reader gets back 94 % of the key's bits (79 % after JPEG-75, 86 % after halving the size),
+where 50 % is a guess, and the portal detects the mark in most of the files as written
+(fewer after JPEG-75, fewer after halving). Averaging marked photos to forge the mark on
+clean ones succeeds in at most 20 % of tries (the goal is at most 5 %; the worst case is the forger
+who averages marked photos without their originals and pastes their ghost on his target).
+zoo:molm-photo (the same markers, each photo's mark at a secret phase of the tile grid) can still be
+picked and is still verified, but it reads worse and a forger who lines the marks up before averaging
+forges it nearly every time. zoo:molm-tiny (the demo generator's markers) can still be picked: its
+extractor never learnt to read marks on photos, which it reads at chance. The targets (95 % of the
+bits after JPEG-75 and after a 0.5 resize at 38 dB) are not met; a lower target PSNR makes the mark
+stronger.
 
 **Caveats.** A lower target PSNR makes the mark stronger and easier to read after JPEG or
-resizing, and more visible. With the public zoo markers (zoo:molm-photo, zoo:molm-tiny) anyone can read the mark.
+resizing, and more visible. With the public zoo markers (zoo:molm-photo-tiles, zoo:molm-photo, zoo:molm-tiny) anyone can
+read the mark.
 """
 
 spec = JobSpec(
     name="watermark-embed",
     title="Watermark your images (MOLM)",
     summary="Mark your own photos with your team's key: same size, same format and metadata, with a self-check.",
-    version=1,
+    version=2,
     queue="gpu",
     soft_time_limit=1800,
     time_limit=1900,
@@ -151,8 +154,10 @@ spec = JobSpec(
         Model(
             name="model",
             accepts=("watermark-markers",),
-            default="zoo:molm-photo",
-            help="Markers and their extractor (zoo:molm-photo for photos, or the output of a watermark-train job).",
+            default="zoo:molm-photo-tiles",
+            help=(
+                "Markers and their extractor (zoo:molm-photo-tiles for photos, or the output of a watermark-train job)."
+            ),
         ),
         Key(name="key", required=True, help="One of your team's watermark keys; its bits pick the adapters."),
         Float(
@@ -166,7 +171,7 @@ spec = JobSpec(
     ),
     estimate=_estimate,
     guide=GUIDE,
-    sample={"image_set": "zoo:molm-samples", "model": "zoo:molm-photo", "target_psnr": 38.0},
+    sample={"image_set": "zoo:molm-samples", "model": "zoo:molm-photo-tiles", "target_psnr": 38.0},
     summarize=_summarize,
     metrics=(
         Metric(key="images", label="Images", description="Images marked."),
@@ -200,7 +205,9 @@ spec = JobSpec(
         Metric(
             key="embed_trained",
             label="Extractor trained on marked photos",
-            description="1 if the extractor was trained on residual-marked photos (e.g. zoo:molm-photo), 0 if not.",
+            description=(
+                "1 if the extractor was trained on residual-marked photos (e.g. zoo:molm-photo-tiles), 0 if not."
+            ),
         ),
     ),
     comparison=Comparison.none("Marks images with one key; watermark-robustness compares methods and baselines."),
@@ -227,7 +234,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
 
     found = named_images(inputs, limit=MAX_IMAGES, too_many="Split the batch.")
     if "model" not in inputs:
-        raise JobError("Model: pick markers (e.g. zoo:molm-photo).")
+        raise JobError("Model: pick markers (e.g. zoo:molm-photo-tiles).")
     if "key" not in inputs:
         raise JobError("Key: pick one of your team's watermark keys.")
     record, public = key_for_marking(Path(inputs["key"]), Path(inputs["model"]))

@@ -49,7 +49,28 @@ the extractor's linear template read-out, :func:`template_phase`, or for an extr
 on a coarse-to-fine lattice of the tiles near the centre, :func:`search_phase`) and votes over the
 grid at that phase. The phase is hidden only from a forger who averages
 as he finds the photos: one who holds the originals sees each residual's tile-periodic part, can
-line the phases up first, and averages a fixed-grid mark again.
+line the phases up first, and averages a fixed-grid mark again (bench/results/watermark-forgery.md).
+
+**Per-tile keys from the content** (the extractor's config holds :data:`TILE_KEYS`, a seed). Every
+tile of the fixed grid carries the key with some of its bits flipped, and which bits depends on the
+tile's own content: with c(t) the tile's colour averaged over :data:`TILE_KEY_POOL` ² cells (less
+the tile's mean, then less the mean of that over the image's tiles) and W a (3·POOL², M) Gaussian
+matrix drawn from the seed, bit b of tile t is flipped where ⟨W_b, c(t)⟩ < 0:
+
+    κ_t = κ ⊕ [c(t)ᵀW < 0],        r(x) = blend_t( D_{Φ+ΔΦ(κ_t)}(E(x_t)) − D_Φ(E(x_t)) )
+
+The reader computes the same projections on the image it is given and undoes the flips softly,
+trusting a tile's bit by how far its projection is from the decision (:data:`TILE_KEY_SCALE`):
+
+    v_b = Σ_t ℓ_{t,b} · tanh(⟨W_b, c(t)⟩ / σ) / Σ_t |tanh(⟨W_b, c(t)⟩ / σ)|
+
+This is spread-spectrum reading. The low-pass cells survive JPEG and resizing, so the flips are
+found again. What a photo's content makes every tile's logits lean towards (one direction for the
+whole image, which the fixed ``tile_bias`` removes only on average) is multiplied by signs that
+change from tile to tile and averages out. And a forger's mean of N marks is the key scrambled by N
+other photos' content: on a new photo the reader unscrambles it with that photo's own flips, which
+agree with it no more than a coin does. The marks line up on the fixed grid, so no phase is searched.
+The seed is part of the markers' files: a team's own markers keep it private, the zoo's are public.
 """
 
 from __future__ import annotations
@@ -87,6 +108,14 @@ READ_PHASES = 2
 #: ``SEARCH_STEP // 2`` of its best, each judged on the ``SEARCH_TILES`` tiles nearest the centre.
 SEARCH_STEP = 4
 SEARCH_TILES = 6
+#: The extractor config key that gives each tile a key flipped by its own content (see "Per-tile keys"):
+#: the seed of the projections W. Private for the same reason as :data:`OFFSET_KEY`.
+TILE_KEYS = "_embed_tile_keys"
+#: A tile's content descriptor: its colour averaged over TILE_KEY_POOL × TILE_KEY_POOL cells.
+TILE_KEY_POOL = 4
+#: σ of the reader's trust tanh(⟨W_b, c(t)⟩ / σ), on the [-1, 1] pixel scale: the median projection of a
+#: photo tile is about 0.35, so most tiles count fully and only those near a flip's boundary are discounted.
+TILE_KEY_SCALE = 0.05
 
 
 @dataclass(frozen=True)
@@ -139,6 +168,38 @@ def offset_mode(extractor: object) -> str | None:
     return mode
 
 
+def tile_key_seed(extractor: object) -> int | None:
+    """The extractor's :data:`TILE_KEYS` seed, or None where tiles carry the key as it is. Per-tile keys
+    lie on the fixed grid, so a config that also asks for a random phase is refused."""
+    config = getattr(extractor, "config", None)
+    seed = config.get(TILE_KEYS) if config else None
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"{TILE_KEYS} must be an integer seed, not {seed!r}")
+    if offset_mode(extractor) is not None:
+        raise ValueError(f"{TILE_KEYS} and {OFFSET_KEY} cannot both be set: per-tile keys lie on the fixed grid")
+    return seed
+
+
+def tile_projections(tiles: torch.Tensor, seed: int, num_bits: int) -> torch.Tensor:
+    """(n, M) projections ⟨W_b, c(t)⟩ of one image's (n, 3, T, T) tiles (see "Per-tile keys"); bit b of
+    tile t is flipped where its projection is negative."""
+    cells = F.adaptive_avg_pool2d(tiles.float(), TILE_KEY_POOL)
+    content = (cells - cells.mean((2, 3), keepdim=True)).flatten(1)
+    # Centred over the image: a tilt that runs through the whole photo (light from one side) would
+    # otherwise flip the same bits in most of its tiles, and in most photos lit the same way.
+    content = content - content.mean(0, keepdim=True)
+    w = np.random.default_rng(seed).standard_normal((content.shape[1], num_bits))
+    return content @ torch.from_numpy(w).float()
+
+
+def tile_keys(tiles: torch.Tensor, key: torch.Tensor, seed: int) -> torch.Tensor:
+    """(n, M) each tile's key: ``key`` ((M,) of 0/1) with the bits its content flips flipped."""
+    key = key.float().cpu()
+    return torch.where(tile_projections(tiles, seed, len(key)) < 0, 1 - key, key)
+
+
 def random_offset(extractor: object) -> bool:
     """Whether marks for this extractor are laid at a secret random phase (see the module docstring)."""
     return offset_mode(extractor) is not None
@@ -177,13 +238,14 @@ def to_working(image: torch.Tensor, grid: Grid) -> torch.Tensor:
 
 @torch.no_grad()
 def tile_residuals(bundle: Bundle, tiles: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-    """(n, 3, t, t) tiles in [-1, 1] → D_κ(E(x)) − D(E(x)) for each tile, on the CPU."""
+    """(n, 3, t, t) tiles in [-1, 1] → D_κ(E(x)) − D(E(x)) for each tile, on the CPU; ``key`` is one
+    key (M,) for every tile or one per tile (n, M)."""
     device = bundle.generator.device
     out = []
-    for batch in _batches(tiles):
+    for start, batch in zip(range(0, len(tiles), TILE_BATCH), _batches(tiles), strict=True):
         z = bundle.generator.encode(batch.to(device))
         clean = bundle.generator.vae.decode(z).sample
-        with bundle.markers.keyed(key):
+        with bundle.markers.keyed(key if key.ndim == 1 else key[start : start + len(batch)]):
             marked = bundle.generator.vae.decode(z).sample
         out.append((marked - clean).float().cpu())
     return torch.cat(out)
@@ -209,7 +271,9 @@ def working_residual(
     _, c, h, w = work.shape
     grid = Grid(h, w, bundle.extractor.image_size, whole=False)
     t = grid.tile
-    residuals = tile_residuals(bundle, _tiles_at(work, grid, grid.origins()), key)
+    tiles = _tiles_at(work, grid, grid.origins())
+    seed = tile_key_seed(bundle.extractor)
+    residuals = tile_residuals(bundle, tiles, key if seed is None else tile_keys(tiles, key, seed))
     weight = window(t) if blend else torch.ones(t, t)
     field = torch.zeros(1, c, h, w)
     total = torch.zeros(1, 1, h, w)
@@ -303,7 +367,17 @@ def read_logits(extractor: Extractor, image: torch.Tensor) -> torch.Tensor:
         tiles = _tiles_at(work, grid, grid.origins(find_phase(extractor, work, grid)))
     else:
         tiles = _tiles_at(work, grid, grid.origins())
+        seed = tile_key_seed(extractor)
+        if seed is not None:
+            return _unscrambled_vote(extractor, tiles, seed)
     return _mean_logits(extractor, tiles) - tile_bias(extractor)
+
+
+def _unscrambled_vote(extractor: Extractor, tiles: torch.Tensor, seed: int) -> torch.Tensor:
+    """(M,) the vote v_b over tiles whose keys their content flipped (see "Per-tile keys")."""
+    trust = torch.tanh(tile_projections(tiles, seed, extractor.num_bits) / TILE_KEY_SCALE)
+    logits = _logits(extractor, tiles) - tile_bias(extractor)
+    return (logits * trust).sum(0) / trust.abs().sum(0).clamp_min(1e-6)
 
 
 @torch.no_grad()

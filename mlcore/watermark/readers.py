@@ -1,9 +1,10 @@
 """Verification through several extractors: one portal for the marks of every set of markers it serves.
 
 A platform marks images with more than one set of markers (``zoo:molm-tiny`` marks its 32-pixel
-generations, ``zoo:molm-photo`` the users' own photos), and each set's marks are read by its own
-extractor only. The portal therefore reads every image with each extractor and keeps, per image,
-the best match over all (extractor, key) pairs. The union bound of :mod:`mlcore.watermark.stats`
+generations, ``zoo:molm-photo-tiles`` and ``zoo:molm-photo`` the users' own photos), and each set's
+marks are read by its own extractor (and its own reading of the tiles) only. The portal therefore
+reads every image with each extractor and keeps, per image, the best match over all (extractor, key)
+pairs. The union bound of :mod:`mlcore.watermark.stats`
 covers that search as it covers a keyring: with R extractors and N keys,
 
     p_RN = min(1, R · N · p),

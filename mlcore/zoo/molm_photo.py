@@ -254,6 +254,26 @@ def build_molm_photo(target: Path) -> None:
     copy_markers_folder(NAME, CHECKPOINT, COMMAND, target)
 
 
+#: The seed of ``molm-photo-tiles``' projections (``embed.TILE_KEYS``); public, as the zoo's weights are.
+TILE_KEY_SEED = 20261206
+
+
+def build_molm_photo_tiles(target: Path) -> None:
+    """Zoo builder of ``molm-photo-tiles``: this checkpoint's markers and extractor, unchanged, marking on
+    the fixed grid with per-tile keys from the content (:mod:`mlcore.watermark.embed`, "Per-tile keys")
+    instead of at a secret phase. Only the extractor's config and the card differ from ``molm-photo``."""
+    from mlcore.watermark.embed import OFFSET_KEY, TILE_KEYS
+
+    build_molm_photo(target)
+    config_file = target / "extractor" / "config.json"
+    config = {k: v for k, v in json.loads(config_file.read_text()).items() if k != OFFSET_KEY}
+    config_file.write_text(json.dumps({**config, TILE_KEYS: TILE_KEY_SEED}, indent=2) + "\n")
+    card_file = target / "card.json"
+    card = json.loads(card_file.read_text())
+    card["marking"] = f"per-tile keys from the content ({TILE_KEYS} = {TILE_KEY_SEED}), fixed grid"
+    card_file.write_text(json.dumps(card, indent=1))
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     parser = argparse.ArgumentParser(prog="python -m mlcore.zoo.molm_photo")

@@ -68,6 +68,20 @@ MODELS: tuple[BuiltinItem, ...] = (
         stamp="mlcore/zoo/checkpoints/molm-photo/manifest.json",
     ),
     BuiltinItem(
+        name="molm-photo-tiles",
+        kind="watermark-markers",
+        title="MOLM markers for photos (48-bit keys, per-tile keys from the content)",
+        description=(
+            "molm-photo's markers and extractor, unchanged, marking every tile of a fixed grid with the key "
+            "flipped by the tile's own content and reading it back by undoing those flips (spread spectrum): "
+            "reads better than the secret phase and the average of marked photos does not forge it "
+            "(bench/results/watermark-forgery.md)."
+        ),
+        builder="mlcore.zoo.molm_photo:build_molm_photo_tiles",
+        card={"num_bits": 48, "P": 8, "image_size": 32, "recipe": "molm-photo"},
+        stamp="mlcore/zoo/checkpoints/molm-photo/manifest.json",
+    ),
+    BuiltinItem(
         name="pointmoe-synmix",
         kind="pointcloud-segmenter",
         title="Point-MoE PTv3-lite segmenter (SynMix rooms and streets)",

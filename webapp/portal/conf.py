@@ -49,8 +49,9 @@ def wait_seconds() -> float:
     return float(_get("PORTAL_WAIT_SECONDS", env_int("MOELAB_PORTAL_WAIT_SECONDS", 15)))
 
 
-#: The zoo's two sets of markers: the generator's (32-pixel images) and the photos' (``watermark-embed``).
-DEFAULT_EXTRACTORS = "zoo:molm-tiny,zoo:molm-photo"
+#: The zoo's sets of markers: the generator's (32-pixel images) and the photos' (``watermark-embed``: per-tile
+#: keys, its default, and the secret phase of the marks it made before).
+DEFAULT_EXTRACTORS = "zoo:molm-tiny,zoo:molm-photo-tiles,zoo:molm-photo"
 
 
 def extractors() -> list[str]:

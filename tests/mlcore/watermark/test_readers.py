@@ -1,5 +1,5 @@
-"""Verification through several extractors (the portal's zoo:molm-tiny and zoo:molm-photo): each
-image's best match over every extractor and key, corrected for the whole search."""
+"""Verification through several extractors (the portal's zoo:molm-tiny, zoo:molm-photo-tiles and
+zoo:molm-photo): each image's best match over every extractor and key, corrected for the whole search."""
 
 from __future__ import annotations
 
