@@ -95,6 +95,8 @@ ATTACKS = ("none", "jpeg-75", "resize-0.5")
 FORGE_NS = (10, 100)
 FORGE_SIDE = 320
 FORGE_FPR = 0.01
+#: The portal's default false-positive rate (``MOELAB_WATERMARK_FPR``), for the "detected" columns.
+PORTAL_FPR = 1e-3
 ZOO_LABEL = "MOLM embed (zoo molm-tiny: adapters + bias shift, ablation)"
 TUNED_LABEL = "MOLM embed (zoo markers with shift, extractor fine-tuned on residuals)"
 JOINT_LABEL = "MOLM embed, markers and extractor trained on residuals (no shift)"
@@ -207,10 +209,13 @@ def embed_rows(
 
     from mlcore.watermark import image_io
     from mlcore.watermark.embed import mark_image
+    from mlcore.watermark.stats import Thresholds
     from mlcore.watermark.verification import open_image
 
     torch.set_num_threads(1)  # the machine is shared
     rng = np.random.default_rng(seed)
+    # The portal's bar for one key at its default FPR: what "detected" means to a user checking a file.
+    portal_bits = Thresholds.for_keyring(bundle.num_bits, 1, fpr=PORTAL_FPR, suspicious_fpr=1e-2).detect_bits
     acc: dict[str, list[float]] = {a: [] for a in ATTACKS}
     null: list[float] = []
     psnrs, strengths = [], []
@@ -236,6 +241,11 @@ def embed_rows(
         "strength": statistics.fmean(strengths),
         **{f"bits_{a}": statistics.fmean(v) for a, v in acc.items()},
         "bits_unmarked_random_key": statistics.fmean(null),
+        "portal_bits": portal_bits,
+        **{
+            f"detected_{a}": statistics.fmean(round(x * bundle.num_bits) >= portal_bits for x in v)
+            for a, v in acc.items()
+        },
     }
     if held is not None and any(held):
         out["held_out_photos"] = {

@@ -1,23 +1,28 @@
-"""``python -m bench watermark-forgery``: the averaging forgery against the shipped photo markers when
-the forger lines the marks up first.
+"""``python -m bench watermark-forgery``: the averaging forgers against the two ways of marking photos
+with zoo:molm-photo's markers, beside how well each reads.
 
-Issue #23. ``watermark-embed``'s default markers (``zoo:molm-photo``) lay each photo's mark at a secret
-phase of the tile grid, so the mean of N marks at independent phases keeps little of their
-tile-periodic part, and the embed study's averaging forger (bench/results/watermark-embed.md, "Forgery
-by averaging") succeeds rarely. But the extractor is public (committed to this repository, and the
-portal reads with it), and its phase search (:func:`mlcore.watermark.embed.find_phase`) finds the phase
-of a mark in a marked photo for anyone: a forger who runs it on each of his N marked photos and moves
-each residual (or marked photo) back to phase 0 before averaging faces a fixed grid again. A forger
-without any extractor (an operator's own, kept secret) can line the marks up too: the marked photos'
-high-passes correlate where their marks' tile-periodic parts do
-(:func:`bench.watermark_embed.correlation_aligner`).
+Issue #23. ``zoo:molm-photo`` lays each photo's mark at a secret phase of the tile grid, so the mean of
+N marks at independent phases keeps little of their tile-periodic part, and the embed study's averaging
+forger (bench/results/watermark-embed.md, "Forgery by averaging") succeeds rarely. But the extractor is
+public (committed to this repository, and the portal reads with it), and its phase search
+(:func:`mlcore.watermark.embed.find_phase`) finds the phase of a mark in a marked photo for anyone: a
+forger who runs it on each of his N marked photos and moves each residual (or marked photo) back to
+phase 0 before averaging faces a fixed grid again. A forger without any extractor (an operator's own,
+kept secret) can line the marks up too: the marked photos' high-passes correlate where their marks'
+tile-periodic parts do (:func:`bench.watermark_embed.correlation_aligner`).
 
-The three forgers run here in one run, on the embed study's protocol and images
-(:func:`bench.watermark_embed.bundle_forgery`: the same ``FORGE_SIDE``-px sources, clean targets,
-key and secret phases, the same 1 % FPR threshold τ), so the plain forger's rows are the baseline of
-the aligned ones. The full tier is the embed study's scale (100 marked sources, 500 clean targets) and
-is cached in ``bench/cache/watermark-forgery.jsonl`` (keyed by the markers' files and the embed
-path's code); the quick tier forges with N = 10 on 100 targets.
+``zoo:molm-photo-tiles`` (the same markers and extractor) marks on the fixed grid with per-tile keys
+from the content (:mod:`mlcore.watermark.embed`, "Per-tile keys"): there is no phase to find, and the
+mean of N marks is the key scrambled by N other photos' content.
+
+Both are measured on the embed study's protocol and images: the bits read back through the portal's
+path on its crops of the shipped photos (:func:`bench.watermark_embed.molm_rows`), and the three
+forgers in one run (:func:`bench.watermark_embed.bundle_forgery`: the same ``FORGE_SIDE``-px sources,
+clean targets and key, the same 1 % FPR threshold τ), so each plain forger's row is the baseline of
+its aligned ones. The full tier is the embed study's scale (120 crops; 100 marked sources, 500 clean
+targets) and is cached in ``bench/cache/watermark-forgery.jsonl`` (keyed by the markers' files, the
+extractor's config and the embed path's code); the quick tier reads 16 crops and forges with N = 10 on
+100 targets.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from bench.cache import Store
 from bench.common import full_tier_cache, stamp, write_results
 from bench.watermark_embed import (
     ALIGN_REACH,
+    ATTACKS,
     FORGE_FPR,
     FORGE_SIDE,
     MUTUAL_ALIGNER,
@@ -37,41 +43,106 @@ from bench.watermark_embed import (
     _cached,
     _folder_stamp,
     _path_stamp,
+    crops,
     forgery,
     forgery_inputs,
+    molm_rows,
 )
 
 NAME = "watermark-forgery"
-ROOT = Path(__file__).resolve().parents[1]
-#: The shipped default markers of ``watermark-embed``.
-MARKERS = ROOT / "mlcore" / "zoo" / "checkpoints" / "molm-photo"
-TIERS = {"quick": {"sources": 10, "targets": 100}, "full": {"sources": 100, "targets": 500}}
+#: The zoo items measured, by row label: the same markers and extractor, marked two ways.
+MARKERS = {
+    "zoo:molm-photo (secret phase + template search)": "molm-photo",
+    "zoo:molm-photo-tiles (per-tile keys from the content; watermark-embed's default)": "molm-photo-tiles",
+}
+TIERS = {
+    "quick": {"crops": 16, "sources": 10, "targets": 100, "restamp_targets": 20},
+    "full": {"crops": 120, "sources": 100, "targets": 500, "restamp_targets": 100},
+}
+#: Marked photos the re-marking forger reads the key from (a majority vote over their reads).
+RESTAMP_READS = (1, 10)
 
 
-def report(result: dict[str, Any], tier: str) -> str:
-    def cell(r: dict[str, Any]) -> str:
-        return f"{r['value']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]"
+def restamp(
+    folder: Path, sources: list[Any], targets: list[Any], seed: int, tau: int, *, reads: tuple[int, ...] = RESTAMP_READS
+) -> dict[str, Any]:
+    """The forger who holds the markers: he reads the key from N marked photos with the extractor (a majority
+    vote over their bits), marks his targets with it as ``watermark-embed`` does, and is scored at the
+    averaging forgery's τ. The key and the sources' marks are :func:`forgery`'s (the same ``seed``)."""
+    import numpy as np
+    import torch
 
+    from bench.watermark_embed import OFFSET_SEED
+    from mlcore.watermark import image_io
+    from mlcore.watermark.calibration import clopper_pearson, matched_bits
+    from mlcore.watermark.embed import mark_image
+    from mlcore.watermark.pipeline import load_bundle
+    from mlcore.watermark.verification import decode, open_image
+
+    bundle = load_bundle(folder)
+    key = np.random.default_rng(seed).integers(0, 2, bundle.num_bits)
+    offsets = np.random.default_rng(OFFSET_SEED + 1)
+
+    def marked(pixels: Any, bits: Any) -> bytes:
+        source = image_io.SourceImage(name="p.png", format="PNG", pixels=pixels)
+        out = mark_image(
+            bundle, source, torch.from_numpy(np.asarray(bits)).float(), target_psnr=TARGET_PSNR, offset_rng=offsets
+        )
+        return image_io.encode(out.image)
+
+    def read(data: bytes) -> Any:
+        return decode(bundle.extractor, [open_image(data)])[0]
+
+    probabilities = np.stack([read(marked(pixels, key)) for pixels in sources[: max(reads)]])
+    out: dict[str, Any] = {"targets": len(targets)}
+    for n in reads:
+        voted = (probabilities[:n].mean(0) > 0.5).astype(np.int64)
+        scores = matched_bits(np.stack([read(marked(t, voted)) for t in targets]), key)
+        hits = int((scores >= tau).sum())
+        out[f"N={n}"] = {
+            "key_bits_read": int((voted == key).sum()),
+            "value": hits / len(targets),
+            "ci": list(clopper_pearson(hits, len(targets))),
+            "n": len(targets),
+            "mean_matched_bits": float(scores.mean()),
+        }
+    return out
+
+
+def _cell(r: dict[str, Any]) -> str:
+    return f"{r['value']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]"
+
+
+def worst_forgery(forged: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The forger and setting that forged most often."""
+    return max(forged.items(), key=lambda item: item[1]["value"])
+
+
+def reading_table(markers: dict[str, dict[str, Any]]) -> list[str]:
+    first = next(iter(markers.values()))["rows"]
     lines = [
-        "# Watermark forgery when the forger aligns the marks",
+        f"| markers | n | PSNR (dB) | {' | '.join(f'bits {a}' for a in ATTACKS)} | unmarked vs random key | "
+        f"{' | '.join(f'detected {a}' for a in ATTACKS)} |",
+        "|---|---|---|" + "---|" * (2 * len(ATTACKS) + 1),
+    ]
+    for label, measured in markers.items():
+        r = measured["rows"]
+        bits = " | ".join(f"{r[f'bits_{a}']:.3f}" for a in ATTACKS)
+        found = " | ".join(f"{r[f'detected_{a}']:.2f}" for a in ATTACKS)
+        null = r["bits_unmarked_random_key"]
+        lines.append(f"| {label} | {r['n']} | {r['psnr']:.1f} | {bits} | {null:.3f} | {found} |")
+    lines += [
         "",
-        f"Written by `python -m bench watermark-forgery --tier {tier}` (bench/watermark_forgery.py); issue #23.",
-        "",
-        "The shipped default markers of `watermark-embed` (zoo:molm-photo) lay each photo's mark at a secret phase "
-        "of the tile grid. The *plain* forger averages N marked photos as he finds them (the embed study's "
-        "protocol); the *aligned* forgers first move each residual (or marked photo) to one phase: found with the "
-        "public extractor's phase search, exactly as the portal does, or — with no extractor at all — at the "
-        f"shift (within ±{ALIGN_REACH} px) where the photo's high-pass correlates best with the first marked "
-        "photo's.",
-        "",
-        f"One key; {result['sources']} marked {FORGE_SIDE} × {FORGE_SIDE} crops of the shipped photos (mark at "
-        f"{TARGET_PSNR:.0f} dB); the mean of N residuals (with the originals) or of N marked photos less the mean "
-        f"of N clean photos of the forger's own (without) stamped on {result['targets']} clean crops. τ = "
-        f"{result['tau']} of {result['key_bits']} bits, the {FORGE_FPR:.0%} FPR threshold calibrated on the clean "
-        f"crops against the forged key and 9 random keys (FPR of the forged key on clean crops: "
-        f"{cell(result['fpr_forged_key'])}); real marks matched at τ: {cell(result['tpr_marked'])}. Forged: the "
-        "share of forged crops matched at τ (lower is better; target ≤ 0.05 for the default marker), 95 % "
-        "interval in brackets.",
+        f"*Detected*: the share of files matched at the portal's bar for one key at its default FPR (0.1 %: "
+        f"{first['portal_bits']} of {first.get('key_bits', 48)} bits).",
+    ]
+    return lines
+
+
+def forgery_table(result: dict[str, Any]) -> list[str]:
+    lines = [
+        f"τ = {result['tau']} of {result['key_bits']} bits (FPR of the forged key on clean crops: "
+        f"{_cell(result['fpr_forged_key'])}); real marks matched at τ: {_cell(result['tpr_marked'])}.",
         "",
         "| N | originals | plain forger | aligned by the public phase search | aligned by correlation "
         "| matched bits, plain / search / correlation |",
@@ -85,31 +156,117 @@ def report(result: dict[str, Any], tier: str) -> str:
         n, originals = name.split(" ", 1)
         bits = " / ".join(f"{r['mean_matched_bits']:.1f}" for r in (plain, search, mutual))
         lines.append(
-            f"| {n.removeprefix('N=')} | {originals.removesuffix(' originals')} | {cell(plain)} | "
-            f"**{cell(search)}** | **{cell(mutual)}** | {bits} |"
+            f"| {n.removeprefix('N=')} | {originals.removesuffix(' originals')} | {_cell(plain)} | "
+            f"{_cell(search)} | {_cell(mutual)} | {bits} |"
         )
+    worst, rate = worst_forgery(forged)
+    verdict = "met" if rate["ci"][1] <= 0.05 else ("missed" if rate["ci"][0] > 0.05 else "not settled")
+    lines += ["", f"Worst forger: {worst}, {_cell(rate)} (target ≤ 0.05: {verdict})."]
+    return lines
+
+
+def report(markers: dict[str, dict[str, Any]], tier: str) -> str:
+    first = next(iter(markers.values()))
+    lines = [
+        "# Watermark forgery against the photo markers, aligned or not",
+        "",
+        f"Written by `python -m bench watermark-forgery --tier {tier}` (bench/watermark_forgery.py); issue #23.",
+        "",
+        "The same markers and extractor (zoo:molm-photo's), marking photos two ways. **Secret phase**: each "
+        "photo's mark at a fresh phase of the tile grid, which the reader finds by a template search. **Per-tile "
+        "keys**: every tile of a fixed grid carries the key with the bits its own content picks flipped, and the "
+        'reader undoes the flips it computes from the file it reads (mlcore/watermark/embed.py, "Per-tile keys").',
+        "",
+        "## How well each reads",
+        "",
+        f"Crops (256-640 px a side, any aspect) of the photos scikit-image and scikit-learn ship, each marked with "
+        f"a random key at {TARGET_PSNR:.0f} dB and read back through the portal's path as written and after each "
+        "attack (the embed study's protocol and crops).",
+        "",
+        *reading_table(markers),
+        "",
+        "## Forgery",
+        "",
+        "The *plain* forger averages N marked photos as he finds them (the embed study's protocol); the *aligned* "
+        "forgers first move each residual (or marked photo) to one phase: found with the public extractor's phase "
+        "search, exactly as the portal does, or — with no extractor at all — at the shift (within "
+        f"±{ALIGN_REACH} px) where the photo's high-pass correlates best with the first marked photo's.",
+        "",
+        f"One key; {first['forgery']['sources']} marked {FORGE_SIDE} × {FORGE_SIDE} crops of the shipped photos "
+        f"(mark at {TARGET_PSNR:.0f} dB); the mean of N residuals (with the originals) or of N marked photos less "
+        f"the mean of N clean photos of the forger's own (without) stamped on {first['forgery']['targets']} clean "
+        f"crops. τ: the {FORGE_FPR:.0%} FPR threshold calibrated on the clean crops against the forged key and 9 "
+        "random keys. Forged: the share of forged crops matched at τ (lower is better; target ≤ 0.05 for the "
+        "default marker), 95 % interval in brackets. Crops of all shipped photos: the attacker's and the victims' "
+        "crops may come from the same photos.",
+    ]
+    for label, measured in markers.items():
+        lines += ["", f"### {label}", "", *forgery_table(measured["forgery"])]
     lines += [
         "",
-        "A secret phase per photo stops only a forger who does not look for it: the phase search the portal needs "
-        "to read a mark tells anyone holding the public extractor where each mark lies, the marks' own "
-        "correlation tells anyone who has a few marked photos, and aligned marks add up as on a fixed grid. "
-        "Resisting this forger needs marks whose placement the forger cannot compute or observe — placed by the "
-        "key and the content, say — which no shipped marker has.",
+        "## The forger who holds the markers",
         "",
-        f"CPU: {result['cpu_seconds']:.0f} s (one thread).",
+        "Every marker above is public (committed to this repository), so a forger need not average: he reads the "
+        "key from marked photos with the public extractor (a majority vote over N photos' bits), marks his own "
+        f"photos with it as `watermark-embed` does, and is scored at the same τ (on the first "
+        f"{first['restamp']['targets']} clean targets).",
+        "",
+        "| markers | N | key bits read right | forged |",
+        "|---|---|---|---|",
     ]
+    for label, measured in markers.items():
+        r = measured["restamp"]
+        for n in RESTAMP_READS:
+            row = r[f"N={n}"]
+            lines.append(f"| {label} | {n} | {row['key_bits_read']} of {first['forgery']['key_bits']} | {_cell(row)} |")
+    lines += [
+        "",
+        "So resisting the averaging forgery protects a key only where the markers and extractor are not public: "
+        "the platform refuses to mark under a team key with the zoo's weights in production unless the operator "
+        "opts in (`MOELAB_ALLOW_PUBLIC_WATERMARK_WEIGHTS`), and the portal's verdicts on them say what they show.",
+    ]
+    cpu = sum(sum(part["cpu_seconds"] for part in m.values()) for m in markers.values())
+    lines += ["", f"CPU: {cpu:.0f} s (one thread)."]
     return "\n".join(lines)
 
 
 def run(tier: str, results: Path) -> None:
-    """The three forgers against the shipped markers, with the embed study's images, key and phases."""
+    """Both ways of marking, read and forged on the embed study's images, key and phases."""
+    import tempfile
+
     import torch
+
+    from mlcore.catalog import materialize
+    from mlcore.jobs.references import builtin_items
 
     torch.set_num_threads(1)
     settings = TIERS[tier]
     cache = full_tier_cache(Store.named(NAME), tier)
     forgers = (PUBLIC_ALIGNER, MUTUAL_ALIGNER, ALIGN_REACH)
-    key = f"forgery/{_folder_stamp(MARKERS)}/{_path_stamp()}/{stamp((settings, forgers))}"
     inputs = forgery_inputs(settings["sources"], settings["targets"])
-    result = _cached(cache, key, lambda: forgery(MARKERS, **inputs, seed=2, aligned=True))
-    write_results(results, NAME, report(result, tier), {"tier": tier, "settings": settings, "result": result})
+    images = crops(settings["crops"], seed=0)
+    items = builtin_items()
+    measured: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for label, name in MARKERS.items():
+            folder = materialize(items[name], root=Path(scratch))
+            # The two items share their weights and manifest: the extractor's config tells them apart.
+            config = (folder / "extractor" / "config.json").read_text()
+            what = f"{_folder_stamp(folder)}/{stamp(config)}/{_path_stamp()}"
+            measured[label] = {
+                "rows": _cached(
+                    cache, f"rows/{what}/{stamp(settings['crops'])}", lambda f=folder: molm_rows(f, images, 0)
+                ),
+                "forgery": _cached(
+                    cache,
+                    f"forgery/{what}/{stamp(({k: settings[k] for k in ('sources', 'targets')}, forgers))}",
+                    lambda f=folder: forgery(f, **inputs, seed=2, aligned=True),
+                ),
+            }
+            tau, targets = measured[label]["forgery"]["tau"], inputs["targets"][: settings["restamp_targets"]]
+            measured[label]["restamp"] = _cached(
+                cache,
+                f"restamp/{what}/{stamp((tau, len(targets), RESTAMP_READS))}",
+                lambda f=folder, t=targets, tau=tau: restamp(f, inputs["sources"], t, 2, tau),
+            )
+    write_results(results, NAME, report(measured, tier), {"tier": tier, "settings": settings, "markers": measured})

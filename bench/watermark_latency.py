@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import write_results
+from webapp.portal.conf import DEFAULT_EXTRACTORS
 
 ROOT = Path(__file__).resolve().parents[1]
 TIERS = {
@@ -78,7 +79,7 @@ def photo_jpeg(side: int, seed: int) -> bytes:
 
 
 #: The portal's default extractors (``webapp.portal.conf.DEFAULT_EXTRACTORS``): every check reads with each.
-PORTAL_EXTRACTORS = ("molm-tiny", "molm-photo")
+PORTAL_EXTRACTORS = tuple(reference.removeprefix("zoo:") for reference in DEFAULT_EXTRACTORS.split(","))
 
 
 def extractor_folders(workdir: Path) -> tuple[list[Path], str]:
