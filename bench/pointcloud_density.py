@@ -15,6 +15,11 @@ by mIoU over the classes present, on every point of that cloud. *Δ* is the surv
 grid-sampled voxel stands for many more survey points, and the model sees every surface filled in
 where a single scan (what it was trained on) leaves it sparse at range.
 
+**Tile borders** (point 6: tiling must not change labels near tile borders, at most :data:`TILE_GOAL` of
+the points differing from an untiled run on a scan that fits both ways). Each 100k sample fits one
+tile (under 150k voxels); it is segmented again in tiles of at most :data:`SMALL_TILE` voxels (each
+with the job's context around it), and the share of points whose label differs is reported.
+
 Models: the zoo Point-MoE and any segmenter folder named in ``$MOELAB_BENCH_SEGMENTERS``
 (``name=folder;…``, as :mod:`bench.pointcloud_attributes` reads it).
 
@@ -43,6 +48,8 @@ GOAL = 0.03  #: |mIoU(survey) − mIoU(100k sample)| the issue allows
 SURVEY_POINTS = 2_000_000
 STREET_LENGTH = 240.0  #: metres
 GRID = 0.1  #: the job's outdoor grid
+TILE_GOAL = 0.01  #: the share of points a tiled run may label differently from an untiled one
+SMALL_TILE = 10_000  #: voxels per tile in the tiled run of the tile-border check
 #: Streets (seeds) and cloud sizes per tier; the largest size is the survey itself.
 TIERS: dict[str, dict[str, Any]] = {
     "quick": {"streets": 1, "sizes": (100_000, SURVEY_POINTS)},
@@ -116,6 +123,32 @@ def score(model: Any, cloud: Survey) -> dict[str, Any]:
     }
 
 
+def tile_borders(model: Any, cloud: Survey) -> dict[str, Any]:
+    """Labels of ``cloud`` in one tile and in tiles of at most :data:`SMALL_TILE` voxels: the share of
+    points that differ, and each run's tiles."""
+    from mlcore.pointcloud.labels import LABELS, scene_labels
+    from mlcore.pointcloud.segment import segment_cloud
+
+    classes = [LABELS.index(n) for n in scene_labels("outdoor")]
+    runs = {
+        name: segment_cloud(model, cloud.xyz, None, cloud.intensity, grid=GRID, classes=classes, chunk_points=size)
+        for name, size in (("whole", max(len(cloud.xyz), 150_000)), ("tiled", SMALL_TILE))
+    }
+    return {
+        "points": len(cloud.xyz),
+        "voxels": int(runs["whole"].voxels),
+        "tiles": {name: int(r.chunks) for name, r in runs.items()},
+        "differ": float((runs["whole"].labels != runs["tiled"].labels).mean()),
+    }
+
+
+def _code_digest() -> str:
+    """The segmentation path's code: a change to it re-measures the tile-border rows."""
+    from mlcore.pointcloud import segment
+
+    return hashlib.sha256(Path(segment.__file__).read_bytes()).hexdigest()[:12]
+
+
 def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
     from bench.pointcloud_attributes import fingerprint, segmenters
     from mlcore.pointcloud.pipeline import load_segmenter
@@ -125,6 +158,7 @@ def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
     cache = full_tier_cache(Store(CACHE), tier)
     surveys: dict[int, Survey] = {}
     rows: list[dict[str, Any]] = []
+    borders: list[dict[str, Any]] = []
     sources: dict[str, str] = {}
     for name, folder in segmenters().items():
         model, config = load_segmenter(folder)  # in eval mode
@@ -143,12 +177,23 @@ def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
                     log(f"[{NAME}] {name} street {street} {size:,} points: mIoU {found['miou']:.3f} "
                         f"({found['voxels']:,} voxels, {found['seconds']:.0f} s)")  # fmt: skip
                 rows.append({"model": name, "street": street, "size": size, **found})
+            key = f"tiles/{fingerprint(folder)}/{street}/{SMALL_TILE}/{SURVEY_POINTS}/{STREET_LENGTH}/{_code_digest()}"
+            found = cache.get(key) if cache is not None else None
+            if found is None:
+                if street not in surveys:
+                    surveys[street] = survey(street)
+                found = tile_borders(model, sample(surveys[street], min(cfg["sizes"]), seed=street))
+                if cache is not None:
+                    cache.put(key, found)
+            borders.append({"model": name, "street": street, **found})
     result = {
         "tier": tier,
         "goal": GOAL,
         "survey_points": SURVEY_POINTS,
         "street_length_m": STREET_LENGTH,
         "rows": rows,
+        "tile_borders": borders,
+        "tile_goal": TILE_GOAL,
         "sources": sources,
         "seconds": time.perf_counter() - started,
         "machine": machine(),
@@ -236,6 +281,23 @@ def report(result: dict[str, Any]) -> str:
         if street == 0:
             per = ", ".join(f"{k} {v:.2f}" for k, v in r["iou"].items())
             lines.append(f"| {model} | {size:,} | {per} |")
+    if result.get("tile_borders"):
+        lines += [
+            "",
+            "## Tile borders",
+            "",
+            f"Each street's 100k sample, which fits one tile, segmented again in tiles of at most {SMALL_TILE:,} "
+            "voxels with the job's context around each: the share of its points labelled differently (goal "
+            f"≤ {result['tile_goal']:.0%}).",
+            "",
+            "| model | street | voxels | tiles | points labelled differently |",
+            "|---|---|---|---|---|",
+        ]
+        for r in result["tile_borders"]:
+            mark = "" if r["differ"] <= result["tile_goal"] else " ✗"
+            lines.append(
+                f"| {r['model']} | {r['street']} | {r['voxels']:,} | {r['tiles']['tiled']} | {r['differ']:.2%}{mark} |"
+            )
     if result.get("sources"):
         lines += ["", "Segmenters (how each was trained):", ""]
         lines += [f"- {name}: `{source}`" for name, source in result["sources"].items()]

@@ -57,3 +57,22 @@ def test_seeds_of_one_training_are_summarised_together() -> None:
          "seconds": 1.0, "machine": {"platform": "test"}}
     )  # fmt: skip
     assert "| zoo | 2 | -0.015 ± 0.049 | -0.050 … +0.020 | 1 of 2 |" in text
+
+
+def test_the_tile_border_check_compares_one_tile_with_many_on_the_same_points() -> None:
+    from bench.pointcloud_attributes import segmenters
+    from mlcore.pointcloud.pipeline import load_segmenter
+
+    model, _ = load_segmenter(segmenters()["zoo pointmoe-synmix"])
+    cloud = density.sample(density.survey(0, points=80_000), 60_000, seed=0)
+    found = density.tile_borders(model, cloud)
+    assert found["points"] == 60_000 and found["tiles"]["whole"] == 1
+    assert found["tiles"]["tiled"] >= found["voxels"] // density.SMALL_TILE
+    assert 0.0 <= found["differ"] <= 0.02  # measured 0.36% over 44 tiles; the goal is 1%
+    text = density.report(
+        {"tier": "quick", "goal": 0.03, "survey_points": density.SURVEY_POINTS, "street_length_m": 240.0,
+         "rows": [], "tile_borders": [{"model": "zoo", "street": 0, **found}, {"model": "bad", "street": 1,
+         **{**found, "differ": 0.02}}], "tile_goal": 0.01, "seconds": 1.0, "machine": {"platform": "test"}}
+    )  # fmt: skip
+    assert f"| zoo | 0 | {found['voxels']:,} | {found['tiles']['tiled']} | {found['differ']:.2%} |" in text
+    assert "| bad | 1 |" in text and "| 2.00% ✗ |" in text
