@@ -54,6 +54,7 @@ import functools
 import hashlib
 import io
 import json
+import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -100,7 +101,8 @@ PORTAL_FPR = 1e-3
 ZOO_LABEL = "MOLM embed (zoo molm-tiny: adapters + bias shift, ablation)"
 TUNED_LABEL = "MOLM embed (zoo markers with shift, extractor fine-tuned on residuals)"
 JOINT_LABEL = "MOLM embed, markers and extractor trained on residuals (no shift)"
-PHOTO_LABEL = "MOLM embed, zoo molm-photo (the shipped default: no shift, secret phase + template search)"
+PHOTO_LABEL = "MOLM embed, zoo molm-photo (no shift, secret phase + template search: the default before per-tile keys)"
+TILES_LABEL = "MOLM embed, zoo molm-photo-tiles (the same markers, per-tile keys from the content: the shipped default)"
 
 
 def named_crops(n: int, seed: int = 0) -> list[tuple[str, np.ndarray]]:
@@ -144,7 +146,15 @@ def molm_folders() -> dict[str, Path]:
     folders = {ZOO_LABEL: ROOT / "mlcore" / "zoo" / "checkpoints" / "molm"}
     photo = ROOT / "mlcore" / "zoo" / "checkpoints" / "molm-photo"
     if (photo / "manifest.json").is_file():
+        from mlcore.zoo.molm_photo import mark_with_tile_keys
+
         folders[PHOTO_LABEL] = photo
+        # The zoo's molm-photo-tiles, built from the folder measured (its row follows its folder).
+        tiles = ROOT / "var" / "bench" / "watermark-embed" / "molm-photo-tiles"
+        shutil.rmtree(tiles, ignore_errors=True)
+        shutil.copytree(photo, tiles)
+        mark_with_tile_keys(tiles)
+        folders[TILES_LABEL] = tiles
     tuned = ROOT / "var" / "zoo" / "molm-embed" / "markers"
     # The recipes write their manifest last, once the trained models are exported.
     if (tuned / "manifest.json").is_file() and (tuned / "extractor" / "config.json").is_file():

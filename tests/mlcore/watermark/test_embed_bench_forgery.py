@@ -81,13 +81,19 @@ def test_a_key_aware_reader_is_scored_and_calibrated_on_reads_for_each_key_it_ch
     assert out["fpr_forged_key"]["value"] == 0.0 and out["forged"]["N=2 with originals"]["value"] == 0.0
 
 
-def test_the_shipped_photo_markers_are_measured_whenever_their_checkpoint_is_committed(tmp_path, monkeypatch):
+def test_the_shipped_photo_markers_are_measured_both_ways_whenever_their_checkpoint_is_committed(tmp_path, monkeypatch):
+    from mlcore.watermark.embed import OFFSET_KEY, TILE_KEYS
+
     monkeypatch.setattr(bench, "ROOT", tmp_path)
-    assert bench.PHOTO_LABEL not in bench.molm_folders()
+    assert bench.PHOTO_LABEL not in bench.molm_folders() and bench.TILES_LABEL not in bench.molm_folders()
     photo = tmp_path / "mlcore" / "zoo" / "checkpoints" / "molm-photo"
-    photo.mkdir(parents=True)
+    (photo / "extractor").mkdir(parents=True)
     (photo / "manifest.json").write_text(json.dumps({"files": {}}))
-    assert bench.molm_folders()[bench.PHOTO_LABEL] == photo
+    (photo / "extractor" / "config.json").write_text(json.dumps({"num_bits": 48, OFFSET_KEY: "random-search"}))
+    folders = bench.molm_folders()
+    assert folders[bench.PHOTO_LABEL] == photo
+    tiles = json.loads((folders[bench.TILES_LABEL] / "extractor" / "config.json").read_text())
+    assert TILE_KEYS in tiles and OFFSET_KEY not in tiles
 
 
 def test_aligning_forgers_move_every_mark_to_one_phase_so_marks_at_secret_phases_add_up(monkeypatch):
