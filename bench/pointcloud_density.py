@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from bench.cache import Store
-from bench.common import full_tier_cache, machine, write_results
+from bench.common import full_tier_cache, last_report, machine, write_results
 
 NAME = "pointcloud-density"
 GOAL = 0.03  #: |mIoU(survey) − mIoU(100k sample)| the issue allows
@@ -186,6 +186,9 @@ def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
                 if cache is not None:
                     cache.put(key, found)
             borders.append({"model": name, "street": street, **found})
+    rows += carried_rows(results, tier, {r["model"] for r in rows})
+    for name, source in ((last_report(results / f"{NAME}.json", tier) or {}).get("sources") or {}).items():
+        sources.setdefault(name, source)
     result = {
         "tier": tier,
         "goal": GOAL,
@@ -200,6 +203,20 @@ def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
     }
     write_results(results, NAME, report(result), result)
     return result
+
+
+def carried_rows(results: Path, tier: str, measured: set[str]) -> list[dict[str, Any]]:
+    """The last report's rows of segmenters this run did not measure (a seed's folder lives in a gitignored
+    state folder of the machine that trained it), each marked with when it was measured."""
+    previous = last_report(results / f"{NAME}.json", tier)
+    if previous is None:
+        return []
+    origin = previous.get("written_at", "?")
+    return [
+        {**r, "carried_over": r.get("carried_over") or origin}
+        for r in previous.get("rows", [])
+        if r["model"] not in measured
+    ]
 
 
 def gaps(rows: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
@@ -281,6 +298,10 @@ def report(result: dict[str, Any]) -> str:
         if street == 0:
             per = ", ".join(f"{k} {v:.2f}" for k, v in r["iou"].items())
             lines.append(f"| {model} | {size:,} | {per} |")
+    carried = sorted({(r["model"], r["carried_over"]) for r in rows if r.get("carried_over")})
+    if carried:
+        lines += ["", "Carried over from an earlier run (their folders are not on this machine):", ""]
+        lines += [f"- {model}: measured {when}." for model, when in carried]
     if result.get("tile_borders"):
         lines += [
             "",

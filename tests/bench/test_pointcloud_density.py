@@ -76,3 +76,18 @@ def test_the_tile_border_check_compares_one_tile_with_many_on_the_same_points() 
     )  # fmt: skip
     assert f"| zoo | 0 | {found['voxels']:,} | {found['tiles']['tiled']} | {found['differ']:.2%} |" in text
     assert "| bad | 1 |" in text and "| 2.00% ✗ |" in text
+
+
+def test_rows_of_seeds_whose_folders_are_gone_are_carried_over_with_when_they_were_measured(tmp_path) -> None:
+    import json
+
+    rows = [
+        {"model": "zoo pointmoe-synmix", "street": 0, "size": 100_000, "miou": 0.5},
+        {"model": "zoo pointmoe-synmix s1", "street": 0, "size": 100_000, "miou": 0.4},
+    ]
+    (tmp_path / f"{density.NAME}.json").write_text(
+        json.dumps({"tier": "full", "written_at": "2026-12-06T03:27:30+00:00", "rows": rows})
+    )
+    carried = density.carried_rows(tmp_path, "full", {"zoo pointmoe-synmix"})
+    assert carried == [{**rows[1], "carried_over": "2026-12-06T03:27:30+00:00"}]
+    assert density.carried_rows(tmp_path, "quick", {"zoo pointmoe-synmix"}) == []  # another tier's report
