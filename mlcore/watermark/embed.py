@@ -69,8 +69,10 @@ found again. What a photo's content makes every tile's logits lean towards (one 
 whole image, which the fixed ``tile_bias`` removes only on average) is multiplied by signs that
 change from tile to tile and averages out. And a forger's mean of N marks is the key scrambled by N
 other photos' content: on a new photo the reader unscrambles it with that photo's own flips, which
-agree with it no more than a coin does. The marks line up on the fixed grid, so no phase is searched.
-The seed is part of the markers' files: a team's own markers keep it private, the zoo's are public.
+agree with it no more than a coin does — unless the forger pastes so much of those photos' content
+with it that the new photo's flips move towards theirs (bench/results/watermark-forgery.md measures
+both). The marks line up on the fixed grid, so no phase is searched. The seed is part of the
+markers' files, as private or as public as their weights.
 """
 
 from __future__ import annotations
@@ -175,8 +177,8 @@ def tile_key_seed(extractor: object) -> int | None:
     seed = config.get(TILE_KEYS) if config else None
     if seed is None:
         return None
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"{TILE_KEYS} must be an integer seed, not {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"{TILE_KEYS} must be a non-negative integer seed, not {seed!r}")
     if offset_mode(extractor) is not None:
         raise ValueError(f"{TILE_KEYS} and {OFFSET_KEY} cannot both be set: per-tile keys lie on the fixed grid")
     return seed

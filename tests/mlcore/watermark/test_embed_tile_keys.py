@@ -98,8 +98,9 @@ def test_a_config_that_asks_for_both_a_secret_phase_and_tile_keys_is_refused():
     both = SimpleNamespace(config={embed.TILE_KEYS: 3, embed.OFFSET_KEY: "random-search"})
     with pytest.raises(ValueError, match="cannot both be set"):
         embed.tile_key_seed(both)
-    with pytest.raises(ValueError, match="integer seed"):
-        embed.tile_key_seed(SimpleNamespace(config={embed.TILE_KEYS: "3"}))
+    for bad in ("3", -1, True):
+        with pytest.raises(ValueError, match="non-negative integer seed"):
+            embed.tile_key_seed(SimpleNamespace(config={embed.TILE_KEYS: bad}))
 
 
 def test_photos_marked_with_tile_keys_read_back_their_keys_as_written_and_after_jpeg(bundles, photos):
