@@ -409,12 +409,19 @@ def report_from_cache(results: Path) -> None:
     if operating is None or any(x is None for x in [*suites, *curve]):
         raise RuntimeError("the full tier is not completely cached: run `python -m bench watermark --tier full`")
     previous = json.loads((results / "watermark.json").read_text())
-    old = (results / "watermark.md").read_text()
-    latency_md = latency_section(old)
+    latency_md = latency_section(newest_latency(results))
     pooled = _pooled(suites)
     markdown = _markdown("full", spec, previous["card"], suites, pooled, curve, operating, latency_md)
     data = {**previous, "pooled": pooled, "suites": suites, "lambda_curve": curve, "operating_point": operating}
     _write(results, markdown, data, suites)
+
+
+def newest_latency(results: Path) -> str:
+    """The report whose latency section is the newest measurement: ``watermark.md``, or
+    ``watermark-latency.md`` when ``python -m bench watermark-latency`` wrote it since."""
+    own, alone = results / "watermark.json", results / "watermark-latency.json"
+    newer = alone.is_file() and written_at(alone) > written_at(own)
+    return (results / ("watermark-latency.md" if newer else "watermark.md")).read_text()
 
 
 def latency_section(markdown: str) -> str | None:

@@ -48,6 +48,21 @@ def test_a_rebuilt_report_keeps_the_latency_section_but_not_the_sections_compute
     assert bench.latency_section("# MOLM\n") is None
 
 
+def test_a_rebuilt_report_takes_the_latency_study_written_since_and_its_own_otherwise(tmp_path):
+    import json
+
+    def write(name: str, when: str, body: str) -> None:
+        (tmp_path / f"{name}.json").write_text(json.dumps({"written_at": when}))
+        (tmp_path / f"{name}.md").write_text(body)
+
+    write("watermark", "2026-12-05T22:20:13+00:00", "own")
+    assert bench.newest_latency(tmp_path) == "own"  # no latency study at all
+    write("watermark-latency", "2026-12-06T05:10:00+00:00", "measured since")
+    assert bench.newest_latency(tmp_path) == "measured since"
+    write("watermark", "2026-12-06T06:00:00+00:00", "own, newer")
+    assert bench.newest_latency(tmp_path) == "own, newer"
+
+
 def test_the_report_repeats_the_embed_studys_main_and_forgery_tables_when_it_has_run(tmp_path):
     assert bench.embed_section(tmp_path) == []
     (tmp_path / "watermark-embed.md").write_text(
