@@ -439,8 +439,8 @@ def latency_section(markdown: str) -> str | None:
 def embed_section(results: Path) -> list[str]:
     """The embed path's tables on photos at their own size (``python -m bench watermark-embed``), as that
     study last wrote them in ``results``: its main section and its forgery table, a heading level down,
-    and the aligned forger's (``python -m bench watermark-forgery``) after them (issue #23 asks for them
-    in this report)."""
+    and after them the forgery study's (``python -m bench watermark-forgery``: the photo markers read and
+    forged both ways, two levels down; issue #23 asks for them in this report)."""
     kept = report_excerpt(
         results / "watermark-embed.md",
         (
@@ -452,11 +452,15 @@ def embed_section(results: Path) -> list[str]:
     )
     if not kept:
         return []
-    aligned = report_excerpt(results / "watermark-forgery.md", (None,))
+    aligned = report_excerpt(
+        results / "watermark-forgery.md",
+        (None, "How well each reads", "Forgery", "The forger who holds the markers"),
+        shift=2,
+    )
     if aligned:
         aligned = [
             "",
-            "### Forgery when the forger aligns the marks",
+            "### The photo markers both ways: per-tile keys and the secret phase, read and forged",
             "",
             f"Copied from bench/results/watermark-forgery.md (`python -m bench watermark-forgery --tier full`, "
             f"written {written_at(results / 'watermark-forgery.json')}).",

@@ -76,17 +76,20 @@ def test_the_report_repeats_the_embed_studys_main_and_forgery_tables_when_it_has
     assert "seed 0" not in text and "_Written" not in text and "# Watermark embed" not in text
 
 
-def test_the_report_adds_the_aligned_forgers_table_after_the_embed_studys_when_both_have_run(tmp_path):
+def test_the_report_adds_the_forgery_studys_sections_after_the_embed_studys_when_both_have_run(tmp_path):
     (tmp_path / "watermark-forgery.md").write_text(
-        "# Watermark forgery when the forger aligns the marks\n\nprotocol\n\n| N | aligned |\n| 10 | 0.93 |\n\n"
-        "_Written 2026 on here._\n"
+        "# Watermark forgery against the photo markers\n\nprotocol\n\n## How well each reads\n\n| bits |\n\n"
+        "## Forgery\n\n### zoo:molm-photo-tiles\n\n| N | aligned |\n| 10 | 0.04 |\n\n"
+        "## The forger who holds the markers\n\n| re-marked |\n\n_Written 2026 on here._\n"
     )
-    assert bench.embed_section(tmp_path) == []  # the aligned forger's table belongs to the embed study's section
+    assert bench.embed_section(tmp_path) == []  # the forgery study's tables belong to the embed study's section
     embed = "# Watermark embed\n\nintro\n\n## Forgery by averaging\n\n| forged |\n"
     (tmp_path / "watermark-embed.md").write_text(embed)
     (tmp_path / "watermark-embed.json").write_text(json.dumps({"written_at": "2026-12-05"}))
     (tmp_path / "watermark-forgery.json").write_text(json.dumps({"written_at": "2026-12-06"}))
     text = "\n".join(bench.embed_section(tmp_path))
-    assert text.index("### Forgery by averaging") < text.index("### Forgery when the forger aligns the marks")
-    assert "| 10 | 0.93 |" in text and "written 2026-12-06" in text
-    assert "# Watermark forgery when" not in text and "_Written" not in text
+    assert text.index("### Forgery by averaging") < text.index("### The photo markers both ways")
+    for heading in ("#### How well each reads", "#### Forgery", "##### zoo:molm-photo-tiles", "#### The forger who"):
+        assert f"\n{heading}" in text
+    assert "| 10 | 0.04 |" in text and "| re-marked |" in text and "written 2026-12-06" in text
+    assert "# Watermark forgery against" not in text and "_Written" not in text
