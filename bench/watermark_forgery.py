@@ -119,7 +119,7 @@ def worst_forgery(forged: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any
 
 
 def reading_table(markers: dict[str, dict[str, Any]]) -> list[str]:
-    first = next(iter(markers.values()))["rows"]
+    first = next(iter(markers.values()))
     lines = [
         f"| markers | n | PSNR (dB) | {' | '.join(f'bits {a}' for a in ATTACKS)} | unmarked vs random key | "
         f"{' | '.join(f'detected {a}' for a in ATTACKS)} |",
@@ -134,7 +134,7 @@ def reading_table(markers: dict[str, dict[str, Any]]) -> list[str]:
     lines += [
         "",
         f"*Detected*: the share of files matched at the portal's bar for one key at its default FPR (0.1 %: "
-        f"{first['portal_bits']} of {first.get('key_bits', 48)} bits).",
+        f"{first['rows']['portal_bits']} of {first['forgery']['key_bits']} bits).",
     ]
     return lines
 
