@@ -33,11 +33,13 @@ class BuiltinItem:
     card: dict[str, Any] = field(default_factory=dict)
     #: A file whose content versions the built item (relative to the repository root).
     stamp: str | None = None
+    #: What else the builder puts into the item that the stamp file does not record (a seed it writes).
+    salt: str = ""
 
     def version(self) -> str:
         if self.stamp is None:
             return "1"
-        return hashlib.sha256((_ROOT / self.stamp).read_bytes()).hexdigest()
+        return hashlib.sha256((_ROOT / self.stamp).read_bytes() + self.salt.encode()).hexdigest()
 
 
 def cache_root() -> Path:

@@ -74,12 +74,14 @@ MODELS: tuple[BuiltinItem, ...] = (
         description=(
             "molm-photo's markers and extractor, unchanged, marking every tile of a fixed grid with the key "
             "flipped by the tile's own content and reading it back by undoing those flips (spread spectrum): "
-            "reads better than the secret phase and the average of marked photos does not forge it "
+            "reads better than the secret phase, and averaging marked photos forges it rarely "
             "(bench/results/watermark-forgery.md)."
         ),
         builder="mlcore.zoo.molm_photo:build_molm_photo_tiles",
         card={"num_bits": 48, "P": 8, "image_size": 32, "recipe": "molm-photo"},
         stamp="mlcore/zoo/checkpoints/molm-photo/manifest.json",
+        # The seed the builder writes (mlcore.zoo.molm_photo.TILE_KEY_SEED): a new seed rebuilds the item.
+        salt="tile keys 20261206",
     ),
     BuiltinItem(
         name="pointmoe-synmix",

@@ -3,6 +3,7 @@ zoo's photo markers, as ``watermark-embed`` marks by default (zoo:molm-photo-til
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -75,6 +76,18 @@ def test_the_zoo_item_is_molm_photo_on_the_fixed_grid_with_a_tile_key_seed(tiles
         file = "diffusion_pytorch_model.safetensors"
         assert (tiles_dir / part / file).read_bytes() == (molm_photo.CHECKPOINT / part / file).read_bytes()
     assert "per-tile keys" in json.loads((tiles_dir / "card.json").read_text())["marking"]
+
+
+def test_the_zoo_item_is_rebuilt_when_its_seed_changes_and_kept_otherwise():
+    from mlcore.zoo.registry import zoo_model
+
+    item = zoo_model("molm-photo-tiles")
+    assert item.salt == f"tile keys {molm_photo.TILE_KEY_SEED}"
+    assert item.version() != zoo_model("molm-photo").version()
+    assert (
+        zoo_model("molm-photo").version()
+        == hashlib.sha256((molm_photo.CHECKPOINT / "manifest.json").read_bytes()).hexdigest()
+    )  # items without a salt keep the version they had
 
 
 def test_each_tile_carries_the_key_with_the_bits_its_own_content_flips(photos):
