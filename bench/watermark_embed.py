@@ -103,6 +103,8 @@ TUNED_LABEL = "MOLM embed (zoo markers with shift, extractor fine-tuned on resid
 JOINT_LABEL = "MOLM embed, markers and extractor trained on residuals (no shift)"
 PHOTO_LABEL = "MOLM embed, zoo molm-photo (no shift, secret phase + template search: the default before per-tile keys)"
 TILES_LABEL = "MOLM embed, zoo molm-photo-tiles (the same markers, per-tile keys from the content: the shipped default)"
+#: Row labels a later version renamed (old → new): a report's row under the old label is the new one's.
+RENAMED = {"MOLM embed, zoo molm-photo (the shipped default: no shift, secret phase + template search)": PHOTO_LABEL}
 
 
 def named_crops(n: int, seed: int = 0) -> list[tuple[str, np.ndarray]]:
@@ -1069,7 +1071,7 @@ def carried_over(results: Path, measured: set[str]) -> tuple[dict[str, Any], dic
     def carry(items: dict[str, Any]) -> dict[str, Any]:
         # Rows of markers folders only ("MOLM embed …"): the learned rows are measured by every run.
         kept = {label: row for label, row in items.items() if label.startswith("MOLM embed") and "error" not in row}
-        return carry_over(kept, measured, origin)
+        return carry_over(kept, measured | {old for old, new in RENAMED.items() if new in measured}, origin)
 
     return carry(previous.get("rows", {})), carry(previous.get("forgery", {}))
 
