@@ -186,8 +186,9 @@ def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
                 if cache is not None:
                     cache.put(key, found)
             borders.append({"model": name, "street": street, **found})
-    rows += carried_rows(results, tier, {r["model"] for r in rows})
-    for name, source in ((last_report(results / f"{NAME}.json", tier) or {}).get("sources") or {}).items():
+    previous = last_report(results / f"{NAME}.json", tier) or {}
+    rows += carried_rows(previous, {r["model"] for r in rows})
+    for name, source in (previous.get("sources") or {}).items():
         sources.setdefault(name, source)
     result = {
         "tier": tier,
@@ -205,12 +206,10 @@ def run(tier: str, results: Path, *, log: Any = print) -> dict[str, Any]:
     return result
 
 
-def carried_rows(results: Path, tier: str, measured: set[str]) -> list[dict[str, Any]]:
-    """The last report's rows of segmenters this run did not measure (a seed's folder lives in a gitignored
-    state folder of the machine that trained it), each marked with when it was measured."""
-    previous = last_report(results / f"{NAME}.json", tier)
-    if previous is None:
-        return []
+def carried_rows(previous: dict[str, Any], measured: set[str]) -> list[dict[str, Any]]:
+    """The rows of the last report (``previous``, this tier's) of segmenters this run did not measure (a
+    seed's folder lives in a gitignored state folder of the machine that trained it), each marked with
+    when it was measured."""
     origin = previous.get("written_at", "?")
     return [
         {**r, "carried_over": r.get("carried_over") or origin}

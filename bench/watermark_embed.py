@@ -54,7 +54,6 @@ import functools
 import hashlib
 import io
 import json
-import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -148,15 +147,12 @@ def molm_folders() -> dict[str, Path]:
     folders = {ZOO_LABEL: ROOT / "mlcore" / "zoo" / "checkpoints" / "molm"}
     photo = ROOT / "mlcore" / "zoo" / "checkpoints" / "molm-photo"
     if (photo / "manifest.json").is_file():
-        from mlcore.zoo.molm_photo import mark_with_tile_keys
+        from mlcore.catalog import materialize
+        from mlcore.zoo.registry import zoo_model
 
         folders[PHOTO_LABEL] = photo
-        # The zoo's molm-photo-tiles, built from the folder measured (its row follows its folder).
-        tiles = ROOT / "var" / "bench" / "watermark-embed" / "molm-photo-tiles"
-        shutil.rmtree(tiles, ignore_errors=True)
-        shutil.copytree(photo, tiles)
-        mark_with_tile_keys(tiles)
-        folders[TILES_LABEL] = tiles
+        # The zoo item users mark with, built from the committed checkpoint once per version.
+        folders[TILES_LABEL] = materialize(zoo_model("molm-photo-tiles"))
     tuned = ROOT / "var" / "zoo" / "molm-embed" / "markers"
     # The recipes write their manifest last, once the trained models are exported.
     if (tuned / "manifest.json").is_file() and (tuned / "extractor" / "config.json").is_file():

@@ -38,6 +38,7 @@ from bench.watermark_embed import (
     FORGE_FPR,
     FORGE_SIDE,
     MUTUAL_ALIGNER,
+    OFFSET_SEED,
     PUBLIC_ALIGNER,
     TARGET_PSNR,
     _cached,
@@ -72,7 +73,6 @@ def restamp(
     import numpy as np
     import torch
 
-    from bench.watermark_embed import OFFSET_SEED
     from mlcore.watermark import image_io
     from mlcore.watermark.calibration import clopper_pearson, matched_bits
     from mlcore.watermark.embed import mark_image
@@ -232,8 +232,6 @@ def report(markers: dict[str, dict[str, Any]], tier: str) -> str:
 
 def run(tier: str, results: Path) -> None:
     """Both ways of marking, read and forged on the embed study's images, key and phases."""
-    import tempfile
-
     import torch
 
     from mlcore.catalog import materialize
@@ -247,26 +245,23 @@ def run(tier: str, results: Path) -> None:
     images = crops(settings["crops"], seed=0)
     items = builtin_items()
     measured: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        for label, name in MARKERS.items():
-            folder = materialize(items[name], root=Path(scratch))
-            # The two items share their weights and manifest: the extractor's config tells them apart.
-            config = (folder / "extractor" / "config.json").read_text()
-            what = f"{_folder_stamp(folder)}/{stamp(config)}/{_path_stamp()}"
-            measured[label] = {
-                "rows": _cached(
-                    cache, f"rows/{what}/{stamp(settings['crops'])}", lambda f=folder: molm_rows(f, images, 0)
-                ),
-                "forgery": _cached(
-                    cache,
-                    f"forgery/{what}/{stamp(({k: settings[k] for k in ('sources', 'targets')}, forgers))}",
-                    lambda f=folder: forgery(f, **inputs, seed=2, aligned=True),
-                ),
-            }
-            tau, targets = measured[label]["forgery"]["tau"], inputs["targets"][: settings["restamp_targets"]]
-            measured[label]["restamp"] = _cached(
+    for label, name in MARKERS.items():
+        folder = materialize(items[name])
+        # The two items share their weights and manifest: the extractor's config tells them apart.
+        config = (folder / "extractor" / "config.json").read_text()
+        what = f"{_folder_stamp(folder)}/{stamp(config)}/{_path_stamp()}"
+        measured[label] = {
+            "rows": _cached(cache, f"rows/{what}/{stamp(settings['crops'])}", lambda f=folder: molm_rows(f, images, 0)),
+            "forgery": _cached(
                 cache,
-                f"restamp/{what}/{stamp((tau, len(targets), RESTAMP_READS))}",
-                lambda f=folder, t=targets, tau=tau: restamp(f, inputs["sources"], t, 2, tau),
-            )
+                f"forgery/{what}/{stamp(({k: settings[k] for k in ('sources', 'targets')}, forgers))}",
+                lambda f=folder: forgery(f, **inputs, seed=2, aligned=True),
+            ),
+        }
+        tau, targets = measured[label]["forgery"]["tau"], inputs["targets"][: settings["restamp_targets"]]
+        measured[label]["restamp"] = _cached(
+            cache,
+            f"restamp/{what}/{stamp((tau, len(targets), RESTAMP_READS))}",
+            lambda f=folder, t=targets, tau=tau: restamp(f, inputs["sources"], t, 2, tau),
+        )
     write_results(results, NAME, report(measured, tier), {"tier": tier, "settings": settings, "markers": measured})

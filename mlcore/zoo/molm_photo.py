@@ -262,20 +262,15 @@ def build_molm_photo_tiles(target: Path) -> None:
     """Zoo builder of ``molm-photo-tiles``: this checkpoint's markers and extractor, unchanged, marking on
     the fixed grid with per-tile keys from the content (:mod:`mlcore.watermark.embed`, "Per-tile keys")
     instead of at a secret phase. Only the extractor's config and the card differ from ``molm-photo``."""
-    build_molm_photo(target)
-    mark_with_tile_keys(target)
-
-
-def mark_with_tile_keys(folder: Path, seed: int = TILE_KEY_SEED) -> None:
-    """Turn a markers folder that marks at a secret phase into one that marks with per-tile keys, in place."""
     from mlcore.watermark.embed import OFFSET_KEY, TILE_KEYS
 
-    config_file = folder / "extractor" / "config.json"
+    build_molm_photo(target)
+    config_file = target / "extractor" / "config.json"
     config = {k: v for k, v in json.loads(config_file.read_text()).items() if k != OFFSET_KEY}
-    config_file.write_text(json.dumps({**config, TILE_KEYS: seed}, indent=2) + "\n")
-    card_file = folder / "card.json"
-    card = json.loads(card_file.read_text()) if card_file.is_file() else {}
-    card["marking"] = f"per-tile keys from the content ({TILE_KEYS} = {seed}), fixed grid"
+    config_file.write_text(json.dumps({**config, TILE_KEYS: TILE_KEY_SEED}, indent=2) + "\n")
+    card_file = target / "card.json"
+    card = json.loads(card_file.read_text())
+    card["marking"] = f"per-tile keys from the content ({TILE_KEYS} = {TILE_KEY_SEED}), fixed grid"
     card_file.write_text(json.dumps(card, indent=1))
 
 

@@ -88,6 +88,10 @@ def test_rows_of_seeds_whose_folders_are_gone_are_carried_over_with_when_they_we
     (tmp_path / f"{density.NAME}.json").write_text(
         json.dumps({"tier": "full", "written_at": "2026-12-06T03:27:30+00:00", "rows": rows})
     )
-    carried = density.carried_rows(tmp_path, "full", {"zoo pointmoe-synmix"})
+    from bench.common import last_report
+
+    previous = last_report(tmp_path / f"{density.NAME}.json", "full") or {}
+    carried = density.carried_rows(previous, {"zoo pointmoe-synmix"})
     assert carried == [{**rows[1], "carried_over": "2026-12-06T03:27:30+00:00"}]
-    assert density.carried_rows(tmp_path, "quick", {"zoo pointmoe-synmix"}) == []  # another tier's report
+    other_tier = last_report(tmp_path / f"{density.NAME}.json", "quick") or {}
+    assert density.carried_rows(other_tier, {"zoo pointmoe-synmix"}) == []  # another tier's report
