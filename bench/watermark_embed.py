@@ -101,9 +101,17 @@ ZOO_LABEL = "MOLM embed (zoo molm-tiny: adapters + bias shift, ablation)"
 TUNED_LABEL = "MOLM embed (zoo markers with shift, extractor fine-tuned on residuals)"
 JOINT_LABEL = "MOLM embed, markers and extractor trained on residuals (no shift)"
 PHOTO_LABEL = "MOLM embed, zoo molm-photo (no shift, secret phase + template search: the default before per-tile keys)"
-TILES_LABEL = "MOLM embed, zoo molm-photo-tiles (the same markers, per-tile keys from the content: the shipped default)"
+TILES_LABEL = "MOLM embed, zoo molm-photo-tiles (the same markers, per-tile keys from the content)"
+PARITY_LABEL = (
+    "MOLM embed, zoo molm-photo-parity (the same markers, per-tile keys from folded projections: the default)"
+)
 #: Row labels a later version renamed (old → new): a report's row under the old label is the new one's.
-RENAMED = {"MOLM embed, zoo molm-photo (the shipped default: no shift, secret phase + template search)": PHOTO_LABEL}
+RENAMED = {
+    "MOLM embed, zoo molm-photo (the shipped default: no shift, secret phase + template search)": PHOTO_LABEL,
+    "MOLM embed, zoo molm-photo-tiles (the same markers, per-tile keys from the content: the shipped default)": (
+        TILES_LABEL
+    ),
+}
 
 
 def named_crops(n: int, seed: int = 0) -> list[tuple[str, np.ndarray]]:
@@ -151,8 +159,9 @@ def molm_folders() -> dict[str, Path]:
         from mlcore.zoo.registry import zoo_model
 
         folders[PHOTO_LABEL] = photo
-        # The zoo item users mark with, built from the committed checkpoint once per version.
+        # The zoo items users mark with, built from the committed checkpoint once per version.
         folders[TILES_LABEL] = materialize(zoo_model("molm-photo-tiles"))
+        folders[PARITY_LABEL] = materialize(zoo_model("molm-photo-parity"))
     tuned = ROOT / "var" / "zoo" / "molm-embed" / "markers"
     # The recipes write their manifest last, once the trained models are exported.
     if (tuned / "manifest.json").is_file() and (tuned / "extractor" / "config.json").is_file():

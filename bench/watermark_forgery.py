@@ -1,4 +1,4 @@
-"""``python -m bench watermark-forgery``: the averaging forgers against the two ways of marking photos
+"""``python -m bench watermark-forgery``: the averaging forgers against the three ways of marking photos
 with zoo:molm-photo's markers, beside how well each reads.
 
 Issue #23. ``zoo:molm-photo`` lays each photo's mark at a secret phase of the tile grid, so the mean of
@@ -13,7 +13,10 @@ tile-periodic parts do (:func:`bench.watermark_embed.correlation_aligner`).
 
 ``zoo:molm-photo-tiles`` (the same markers and extractor) marks on the fixed grid with per-tile keys
 from the content (:mod:`mlcore.watermark.embed`, "Per-tile keys"): there is no phase to find, and the
-mean of N marks is the key scrambled by N other photos' content.
+mean of N marks is the key scrambled by N other photos' content. But a forger without the originals
+pastes those photos' content too, which steers the reader's flips towards the stamp's;
+``zoo:molm-photo-parity`` takes the flips from folded projections ("Folded projections"), whose parity
+the pasted content does not steer.
 
 Both are measured on the embed study's protocol and images: the bits read back through the portal's
 path on its crops of the shipped photos (:func:`bench.watermark_embed.molm_rows`), and the three
@@ -49,12 +52,14 @@ from bench.watermark_embed import (
     forgery_inputs,
     molm_rows,
 )
+from mlcore.zoo.molm_photo import PARITY_TILE_KEYS
 
 NAME = "watermark-forgery"
-#: The zoo items measured, by row label: the same markers and extractor, marked two ways.
+#: The zoo items measured, by row label: the same markers and extractor, marked three ways.
 MARKERS = {
     "zoo:molm-photo (secret phase + template search)": "molm-photo",
-    "zoo:molm-photo-tiles (per-tile keys from the content; watermark-embed's default)": "molm-photo-tiles",
+    "zoo:molm-photo-tiles (per-tile keys from the content)": "molm-photo-tiles",
+    "zoo:molm-photo-parity (per-tile keys from folded projections; watermark-embed's default)": "molm-photo-parity",
 }
 TIERS = {
     "quick": {"crops": 16, "sources": 10, "targets": 100, "restamp_targets": 20},
@@ -172,10 +177,13 @@ def report(markers: dict[str, dict[str, Any]], tier: str) -> str:
         "",
         f"Written by `python -m bench watermark-forgery --tier {tier}` (bench/watermark_forgery.py); issue #23.",
         "",
-        "The same markers and extractor (zoo:molm-photo's), marking photos two ways. **Secret phase**: each "
+        "The same markers and extractor (zoo:molm-photo's), marking photos three ways. **Secret phase**: each "
         "photo's mark at a fresh phase of the tile grid, which the reader finds by a template search. **Per-tile "
         "keys**: every tile of a fixed grid carries the key with the bits its own content picks flipped, and the "
-        'reader undoes the flips it computes from the file it reads (mlcore/watermark/embed.py, "Per-tile keys").',
+        'reader undoes the flips it computes from the file it reads (mlcore/watermark/embed.py, "Per-tile keys"): '
+        "a bit flips where a projection of the tile's colour is negative. **Folded**: the same, where the "
+        f'projection lies in an odd period of {PARITY_TILE_KEYS["period"]} ("Folded projections"), so content a '
+        "forger pastes with his stamp no longer steers the flips.",
         "",
         "## How well each reads",
         "",

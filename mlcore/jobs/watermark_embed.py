@@ -33,7 +33,7 @@ SELF_CHECK_FPR = 1e-3
 NEAR_CHANCE = 0.65
 UNTRAINED_READER = (
     "The extractor was trained on its generator's own images, not on residual-marked photos, so it cannot read "
-    "these marks: pick zoo:molm-photo-tiles, whose extractor was trained on them."
+    "these marks: pick zoo:molm-photo-parity, whose extractor was trained on them."
 )
 
 
@@ -105,35 +105,33 @@ portal reads an upload; a file in which the mark is not detected is reported as 
 verify can read, and the job never calls it marked. The *Extractor trained on marked photos* figure
 says whether the reader was taught this kind of mark.
 
-**What is shipped, and how well it reads.** The default markers are zoo:molm-photo-tiles: MOLM's
+**What is shipped, and how well it reads.** The default markers are zoo:molm-photo-parity: MOLM's
 own markers (48-bit keys; the paper's key-routed LoRA adapters on a 32-pixel VAE, without the bias
 shift of the demo generator's markers) and an extractor, trained together on photos marked exactly as
 this job marks them (`python -m mlcore.zoo train molm-photo`). Every tile carries your key with some
-bits flipped, and which bits depends on the tile's own content; the reader computes the same flips
-from the file it reads and undoes them (spread spectrum). Measured on 120 crops (256–640 px) of the
-photos scikit-image and scikit-learn ship, marked at 38 dB (bench/results/watermark-forgery.md): the
-reader gets back 95 % of the key's bits (80 % after JPEG-75, 87 % after halving the size), where 50 %
-is a guess, and the mark is detected at the portal's bar for one key (0.1 % false positives) in
-every file as written, in 80 % after JPEG-75 and in 91 % after halving. Averaging marked photos to
-forge the mark on clean ones succeeds in 0–6 % of tries (the goal is at most 5 %), except for a
-forger who pastes the mean of ten marked photos, less ten of his own, onto his target: a visible
-ghost of ten photos, which 12 % of the time moves the reader enough to be matched. zoo:molm-photo
-(the same markers, each photo's mark at a secret phase of the tile grid) can still be picked and is
-still verified, but it reads worse and a forger who lines the marks up before averaging forges it
-nearly every time. zoo:molm-tiny (the demo generator's markers) can still be picked: its extractor
-never learnt to read marks on photos, which it reads at chance. The targets (95 % of the bits after
-JPEG-75 and after a 0.5 resize at 38 dB) are not met; a lower target PSNR makes the mark stronger.
+bits flipped, and which bits depends on the tile's own content (the parity of projections of its
+colour); the reader computes the same flips from the file it reads and undoes them (spread spectrum).
+bench/results/watermark-forgery.md measures how well it reads, as written, after JPEG-75 and after
+halving the size, and how often averaging marked photos forges the mark on clean ones.
+zoo:molm-photo-tiles (the same markers, flips from the sign of the projections: the default before)
+reads as well, but a forger who pastes the mean of ten marked photos, less ten of his own, onto his
+target steers its flips and is matched about one time in eight. zoo:molm-photo (each photo's mark at a
+secret phase of the tile grid) reads worse, and a forger who lines the marks up before averaging
+forges it nearly every time. Both can still be picked, and the portal still verifies their marks.
+zoo:molm-tiny (the demo generator's markers) can still be picked: its extractor never learnt to read
+marks on photos, which it reads at chance. The targets (95 % of the bits after JPEG-75 and after a
+0.5 resize at 38 dB) are not met; a lower target PSNR makes the mark stronger.
 
 **Caveats.** A lower target PSNR makes the mark stronger and easier to read after JPEG or
-resizing, and more visible. With the public zoo markers (zoo:molm-photo-tiles, zoo:molm-photo,
-zoo:molm-tiny) anyone can read the mark, and mark other images with the key read.
+resizing, and more visible. With the public zoo markers (zoo:molm-photo-parity, zoo:molm-photo-tiles,
+zoo:molm-photo, zoo:molm-tiny) anyone can read the mark, and mark other images with the key read.
 """
 
 spec = JobSpec(
     name="watermark-embed",
     title="Watermark your images (MOLM)",
     summary="Mark your own photos with your team's key: same size, same format and metadata, with a self-check.",
-    version=2,
+    version=3,
     queue="gpu",
     soft_time_limit=1800,
     time_limit=1900,
@@ -154,9 +152,10 @@ spec = JobSpec(
         Model(
             name="model",
             accepts=("watermark-markers",),
-            default="zoo:molm-photo-tiles",
+            default="zoo:molm-photo-parity",
             help=(
-                "Markers and their extractor (zoo:molm-photo-tiles for photos, or the output of a watermark-train job)."
+                "Markers and their extractor (zoo:molm-photo-parity for photos, or the output of a "
+                "watermark-train job)."
             ),
         ),
         Key(name="key", required=True, help="One of your team's watermark keys; its bits pick the adapters."),
@@ -171,7 +170,7 @@ spec = JobSpec(
     ),
     estimate=_estimate,
     guide=GUIDE,
-    sample={"image_set": "zoo:molm-samples", "model": "zoo:molm-photo-tiles", "target_psnr": 38.0},
+    sample={"image_set": "zoo:molm-samples", "model": "zoo:molm-photo-parity", "target_psnr": 38.0},
     summarize=_summarize,
     metrics=(
         Metric(key="images", label="Images", description="Images marked."),
@@ -206,7 +205,7 @@ spec = JobSpec(
             key="embed_trained",
             label="Extractor trained on marked photos",
             description=(
-                "1 if the extractor was trained on residual-marked photos (e.g. zoo:molm-photo-tiles), 0 if not."
+                "1 if the extractor was trained on residual-marked photos (e.g. zoo:molm-photo-parity), 0 if not."
             ),
         ),
     ),
@@ -234,7 +233,7 @@ def run(params: dict[str, Any], inputs: dict[str, Any], ctx: JobContext) -> dict
 
     found = named_images(inputs, limit=MAX_IMAGES, too_many="Split the batch.")
     if "model" not in inputs:
-        raise JobError("Model: pick markers (e.g. zoo:molm-photo-tiles).")
+        raise JobError("Model: pick markers (e.g. zoo:molm-photo-parity).")
     if "key" not in inputs:
         raise JobError("Key: pick one of your team's watermark keys.")
     record, public = key_for_marking(Path(inputs["key"]), Path(inputs["model"]))

@@ -24,7 +24,8 @@ another team's verdicts they are half of the attacker's equation.
 Aggregates must follow the same rule: a mean or histogram of S over other teams' matches leaks S, so
 job outputs aggregate over :func:`is_own` rows only (``mlcore.jobs.watermark_verify``).
 
-The public demo weights (``zoo:molm-tiny``, ``zoo:molm-photo``, ``zoo:molm-photo-tiles``) are committed to the
+The public demo weights (``zoo:molm-tiny``, ``zoo:molm-photo``; ``zoo:molm-photo-tiles`` and
+``zoo:molm-photo-parity`` mark with the latter's) are committed to the
 repository, so anyone can read a mark made with them offline, and forge one: he reads the key from a marked
 photo with the public extractor and marks his own photos with it through the public markers (and for the
 secret-phase marks of ``zoo:molm-photo`` the mean of ten marked photos, lined up by the public phase search
@@ -64,8 +65,8 @@ OWN_FIELDS = (
 #: The budget a platform job spends for each image matched against other teams' keys.
 FOREIGN_MATCHES = "watermark-foreign-matches"
 PUBLIC_WEIGHTS_NOTE = (
-    "This verdict rests on the public demo weights of the zoo (zoo:molm-tiny, zoo:molm-photo, "
-    "zoo:molm-photo-tiles): anyone can read marks made with them offline and mark other images with the key "
+    "This verdict rests on the public demo weights of the zoo (zoo:molm-tiny, zoo:molm-photo and the "
+    "items built from it): anyone can read marks made with them offline and mark other images with the key "
     "read, so it shows how the method works, not who made the image."
 )
 #: The committed checkpoints whose weights are public (``mlcore/zoo/checkpoints/*/manifest.json``).

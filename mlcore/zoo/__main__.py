@@ -7,8 +7,8 @@ held-out split of every source and writes the commit-ready checkpoint to
 Language models are trained here; every other model's recipe is a module of this package
 (``molm`` for watermarking,
 ``molm_embed`` for its extractor fine-tuned on residual-marked photos, ``molm_photo`` for the
-markers ``watermark-embed`` marks photos with (``molm-photo-tiles`` is built from them), ``lora_base`` for the encoder
-LoRA experts adapt, ``pointcloud``,
+markers ``watermark-embed`` marks photos with (``molm-photo-tiles`` and ``molm-photo-parity`` are built
+from them), ``lora_base`` for the encoder LoRA experts adapt, ``pointcloud``,
 ``video``) with a ``main(argv)`` of its own, and ``train NAME`` hands the rest of the command line
 to it, so one command trains every zoo model with that recipe's flags (``--device``,
 ``--cpu-minutes`` and ``--wall-minutes`` for video, ``--threads``, ``--workdir`` and ``--out`` for all).
@@ -32,6 +32,7 @@ OTHER_RECIPES: dict[str, tuple[str, list[str]]] = {
     "molm-photo": ("mlcore.zoo.molm_photo", ["train"]),
     # The same weights as molm-photo, marking with per-tile keys: its recipe is molm-photo's.
     "molm-photo-tiles": ("mlcore.zoo.molm_photo", ["train"]),
+    "molm-photo-parity": ("mlcore.zoo.molm_photo", ["train"]),
     "lora-base-tiny": ("mlcore.zoo.lora_base", ["train", "lora-base-tiny"]),
     "pointmoe-synmix": ("mlcore.zoo.pointcloud", ["train", "pointmoe-synmix"]),
     "ptv3-synmix-dense": ("mlcore.zoo.pointcloud", ["train", "ptv3-synmix-dense"]),

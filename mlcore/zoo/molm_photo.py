@@ -256,21 +256,36 @@ def build_molm_photo(target: Path) -> None:
 
 #: The seed of ``molm-photo-tiles``' projections (``embed.TILE_KEYS``); public, as the zoo's weights are.
 TILE_KEY_SEED = 20261206
+#: ``molm-photo-parity``'s per-tile keys (``embed.TILE_KEYS`` as a scheme, :class:`~mlcore.watermark.embed.
+#: TileKeys`): folded projections, so a forger's pasted mean no longer steers the reader's flips. The period was
+#: chosen on other crops than the benchmarks' (docs/watermarking.md, "Folded projections").
+PARITY_TILE_KEYS = {"seed": 20261207, "period": 0.5}
 
 
 def build_molm_photo_tiles(target: Path) -> None:
     """Zoo builder of ``molm-photo-tiles``: this checkpoint's markers and extractor, unchanged, marking on
     the fixed grid with per-tile keys from the content (:mod:`mlcore.watermark.embed`, "Per-tile keys")
     instead of at a secret phase. Only the extractor's config and the card differ from ``molm-photo``."""
-    from mlcore.watermark.embed import OFFSET_KEY, TILE_KEYS
+    _build_tile_keyed(target, TILE_KEY_SEED, "per-tile keys from the content")
 
+
+def build_molm_photo_parity(target: Path) -> None:
+    """Zoo builder of ``molm-photo-parity``: ``molm-photo-tiles`` with the flips of :data:`PARITY_TILE_KEYS`
+    (:mod:`mlcore.watermark.embed`, "Folded projections")."""
+    _build_tile_keyed(target, PARITY_TILE_KEYS, "per-tile keys from the content, folded")
+
+
+def _build_tile_keyed(target: Path, scheme: int | dict[str, Any], what: str) -> None:
+    from mlcore.watermark.embed import OFFSET_KEY, TILE_KEYS, TileKeys
+
+    TileKeys.from_config(scheme)  # a scheme the reader refuses is never written
     build_molm_photo(target)
     config_file = target / "extractor" / "config.json"
     config = {k: v for k, v in json.loads(config_file.read_text()).items() if k != OFFSET_KEY}
-    config_file.write_text(json.dumps({**config, TILE_KEYS: TILE_KEY_SEED}, indent=2) + "\n")
+    config_file.write_text(json.dumps({**config, TILE_KEYS: scheme}, indent=2) + "\n")
     card_file = target / "card.json"
     card = json.loads(card_file.read_text())
-    card["marking"] = f"per-tile keys from the content ({TILE_KEYS} = {TILE_KEY_SEED}), fixed grid"
+    card["marking"] = f"{what} ({TILE_KEYS} = {json.dumps(scheme)}), fixed grid"
     card_file.write_text(json.dumps(card, indent=1))
 
 

@@ -84,6 +84,21 @@ MODELS: tuple[BuiltinItem, ...] = (
         salt="tile keys 20261206",
     ),
     BuiltinItem(
+        name="molm-photo-parity",
+        kind="watermark-markers",
+        title="MOLM markers for photos (48-bit keys, per-tile keys from folded projections)",
+        description=(
+            "molm-photo-tiles with each tile's flips taken from folded projections of its content, so a forger "
+            "who pastes the mean of marked photos onto another no longer steers the reader's flips "
+            "(bench/results/watermark-forgery.md); watermark-embed's default."
+        ),
+        builder="mlcore.zoo.molm_photo:build_molm_photo_parity",
+        card={"num_bits": 48, "P": 8, "image_size": 32, "recipe": "molm-photo"},
+        stamp="mlcore/zoo/checkpoints/molm-photo/manifest.json",
+        # The scheme the builder writes (mlcore.zoo.molm_photo.PARITY_TILE_KEYS): a new one rebuilds the item.
+        salt='tile keys {"seed": 20261207, "period": 0.5}',
+    ),
+    BuiltinItem(
         name="pointmoe-synmix",
         kind="pointcloud-segmenter",
         title="Point-MoE PTv3-lite segmenter (SynMix rooms and streets)",

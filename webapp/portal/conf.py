@@ -50,8 +50,9 @@ def wait_seconds() -> float:
 
 
 #: The zoo's sets of markers: the generator's (32-pixel images) and the photos' (``watermark-embed``: per-tile
-#: keys, its default, and the secret phase of the marks it made before).
-DEFAULT_EXTRACTORS = "zoo:molm-tiny,zoo:molm-photo-tiles,zoo:molm-photo"
+#: keys from folded projections, its default, then the per-tile keys and the secret phase of the marks it made
+#: before).
+DEFAULT_EXTRACTORS = "zoo:molm-tiny,zoo:molm-photo-parity,zoo:molm-photo-tiles,zoo:molm-photo"
 
 
 def extractors() -> list[str]:

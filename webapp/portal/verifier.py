@@ -42,7 +42,8 @@ def extractor_paths() -> list[Path]:
         else:
             raise RuntimeError(
                 f"MOELAB_WATERMARK_EXTRACTOR names {reference!r}, which is neither a built-in model nor a folder; "
-                "name zoo:molm-tiny, zoo:molm-photo-tiles, zoo:molm-photo or watermark-markers folders, separated by "
+                "name zoo:molm-tiny, zoo:molm-photo-parity, zoo:molm-photo-tiles, zoo:molm-photo or watermark-markers "
+                "folders, separated by "
                 "commas."
             )
     return folders

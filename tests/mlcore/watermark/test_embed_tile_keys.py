@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,12 +27,16 @@ pytestmark = pytest.mark.skipif(
 PORTAL_BITS = threshold_bits(48, 1, 1e-3)
 
 
+def _built(tmp_path_factory, name: str, builder) -> Path:
+    folder = tmp_path_factory.mktemp(name) / name
+    folder.mkdir()
+    builder(folder)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def tiles_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiles") / "molm-photo-tiles"
-    folder.mkdir()
-    molm_photo.build_molm_photo_tiles(folder)
-    return folder
+    return _built(tmp_path_factory, "molm-photo-tiles", molm_photo.build_molm_photo_tiles)
 
 
 @pytest.fixture(scope="module")
@@ -95,14 +100,14 @@ def test_each_tile_carries_the_key_with_the_bits_its_own_content_flips(photos):
     grid = embed.grid_for(*x.shape[-2:], 32)
     tiles = embed._tiles_at(embed.to_working(x, grid), grid, grid.origins())
     key = _key(1)
-    keys = embed.tile_keys(tiles, key, seed=5)
+    keys = embed.TileKeys(seed=5).keys(tiles, key)
     flipped = keys != key
-    assert torch.equal(flipped, embed.tile_projections(tiles, 5, 48) < 0)
+    assert torch.equal(flipped, embed.TileKeys(seed=5).projections(tiles, 48) < 0)
     assert 0.3 < flipped.float().mean() < 0.7  # about half the bits of a tile, so no tile carries the key itself
     # Nearly every tile its own key (flat tiles of the same content share theirs).
     assert len({tuple(k.tolist()) for k in keys}) >= 0.9 * len(tiles)
-    assert torch.equal(keys, embed.tile_keys(tiles, key, seed=5))  # the reader finds the same flips
-    assert not torch.equal(keys, embed.tile_keys(tiles, key, seed=6))  # another seed, other flips
+    assert torch.equal(keys, embed.TileKeys(seed=5).keys(tiles, key))  # the reader finds the same flips
+    assert not torch.equal(keys, embed.TileKeys(seed=6).keys(tiles, key))  # another seed, other flips
 
 
 def test_a_config_that_asks_for_both_a_secret_phase_and_tile_keys_is_refused():
@@ -110,10 +115,18 @@ def test_a_config_that_asks_for_both_a_secret_phase_and_tile_keys_is_refused():
 
     both = SimpleNamespace(config={embed.TILE_KEYS: 3, embed.OFFSET_KEY: "random-search"})
     with pytest.raises(ValueError, match="cannot both be set"):
-        embed.tile_key_seed(both)
-    for bad in ("3", -1, True):
+        embed.tile_key_scheme(both)
+    for bad in ("3", -1, True, {"period": 0.5}):
         with pytest.raises(ValueError, match="non-negative integer seed"):
-            embed.tile_key_seed(SimpleNamespace(config={embed.TILE_KEYS: bad}))
+            embed.tile_key_scheme(SimpleNamespace(config={embed.TILE_KEYS: bad}))
+    refusals = {
+        "period must be a positive number": {"seed": 1, "period": 0},
+        "trust must be a positive number": {"seed": 1, "trust": float("nan")},
+        "unknown settings": {"seed": 1, "fold": 0.5},
+    }
+    for message, scheme in refusals.items():
+        with pytest.raises(ValueError, match=message):
+            embed.tile_key_scheme(SimpleNamespace(config={embed.TILE_KEYS: scheme}))
 
 
 def test_photos_marked_with_tile_keys_read_back_their_keys_as_written_and_after_jpeg(bundles, photos):
@@ -156,3 +169,97 @@ def test_the_mean_of_marked_photos_does_not_carry_the_key_to_a_clean_photo(bundl
     # Measured here: 28-34 of 48 with tile keys (27 on the clean targets), 40-43 on the fixed grid. The
     # eight crops come from the four held-out photos, so targets share content with sources.
     assert max(reads["tiles"]) < PORTAL_BITS and np.mean(reads["tiles"]) <= np.mean(reads["plain"]) - 8
+
+
+def _working_tiles(pixels: np.ndarray) -> torch.Tensor:
+    x = from_uint8(pixels[None])
+    grid = embed.grid_for(*x.shape[-2:], 32)
+    return embed._tiles_at(embed.to_working(x, grid), grid, grid.origins())
+
+
+def test_a_folded_scheme_flips_a_bit_where_its_projection_lies_in_an_odd_period(photos):
+    tiles = _working_tiles(photos[0])
+    raw = embed.TileKeys(seed=5).projections(tiles, 48)
+    folded = embed.TileKeys(seed=5, period=0.5).projections(tiles, 48)
+    clear = ((raw / 0.5) - torch.round(raw / 0.5)).abs() > 1e-4  # not on a boundary, where rounding decides
+    odd = torch.floor(raw / 0.5).remainder(2) == 1
+    assert torch.equal((folded < 0)[clear], odd[clear])
+    assert torch.allclose(folded[raw.abs() < 0.01], raw[raw.abs() < 0.01], atol=1e-4)  # φ_q(p) ≈ p near 0
+    assert (folded < 0).float().mean().item() == pytest.approx(0.5, abs=0.1)
+
+
+def test_a_pasted_mean_of_photos_steers_sign_flips_towards_theirs_but_not_folded_flips():
+    """The forger without originals pastes the mean of ten marked photos less ten clean ones of his own:
+    with it the sources' content, which moves the target's projections towards the sources' mean. The
+    flips his stamp carries are the sources' majority; sign flips of the forged target agree with them
+    more often than a coin, folded ones (several periods across a photo's projections) do not."""
+    from mlcore.data.images import split_photos
+
+    rng = np.random.default_rng(3)
+    pool = [p.pixels for p in split_photos("train") if min(p.pixels.shape[:2]) >= 320]
+
+    def crops(n: int) -> list[torch.Tensor]:
+        out = []
+        for _ in range(n):
+            pixels = pool[int(rng.integers(len(pool)))]
+            top, left = (int(rng.integers(0, side - 320 + 1)) for side in pixels.shape[:2])
+            out.append(_working_tiles(np.ascontiguousarray(pixels[top : top + 320, left : left + 320])))
+        return out
+
+    sources, own, targets = crops(10), crops(10), crops(20)
+    ghost = torch.stack(sources).mean(0) - torch.stack(own).mean(0)
+    agreement = {}
+    for name, scheme in {"sign": embed.TileKeys(seed=5), "folded": embed.TileKeys(seed=5, period=0.5)}.items():
+        majority = torch.stack([scheme.projections(s, 48) < 0 for s in sources]).float().mean(0) > 0.5
+        agreement[name] = np.mean(
+            [((scheme.projections(t + ghost, 48) < 0) == majority).float().mean() for t in targets]
+        )
+    # Measured here: sign 0.565, folded 0.501 (of 20 targets' 48 bits in ~100 tiles each).
+    assert agreement["sign"] > 0.54 and abs(agreement["folded"] - 0.5) < 0.01
+
+
+@pytest.fixture(scope="module")
+def parity_dir(tmp_path_factory):
+    return _built(tmp_path_factory, "molm-photo-parity", molm_photo.build_molm_photo_parity)
+
+
+def test_the_parity_item_is_molm_photo_with_a_folded_scheme(parity_dir):
+    from mlcore.zoo.registry import zoo_model
+
+    config = json.loads((parity_dir / "extractor" / "config.json").read_text())
+    assert config[embed.TILE_KEYS] == molm_photo.PARITY_TILE_KEYS and embed.OFFSET_KEY not in config
+    scheme = embed.TileKeys.from_config(config[embed.TILE_KEYS])
+    assert scheme.period is not None and scheme.seed != molm_photo.TILE_KEY_SEED
+    file = "extractor/diffusion_pytorch_model.safetensors"
+    assert (parity_dir / file).read_bytes() == (molm_photo.CHECKPOINT / file).read_bytes()
+    assert zoo_model("molm-photo-parity").salt == f"tile keys {json.dumps(molm_photo.PARITY_TILE_KEYS)}"
+
+
+def test_readers_on_the_same_weights_run_the_extractor_once_per_image_and_read_as_alone(tiles_dir, parity_dir, photos):
+    from mlcore.watermark.keys import KeyRecord
+    from mlcore.watermark.readers import verify_all
+    from mlcore.watermark.verification import cached_extractor
+
+    extractors = [cached_extractor(tiles_dir), cached_extractor(parity_dir)]
+    assert extractors[0] is not extractors[1]
+    for extractor in extractors:
+        embed.tile_bias(extractor)  # cached per extractor: its forward passes are not a read's
+    calls = []
+    hooks = [e.register_forward_hook(lambda module, args, out: calls.append(len(args[0]))) for e in extractors]
+    images = [Image.fromarray(p) for p in photos[:2]]
+    ring = [KeyRecord(id="k", name="", organisation="Lab", bits="01" * 24)]
+    try:
+        alone = [decode(e, images) for e in extractors]
+        tiles_read, calls[:] = sum(calls), []
+        with embed.shared_tile_reads():
+            shared = [decode(e, images) for e in extractors]
+        assert sum(calls) == tiles_read // 2  # the second reader's tiles came from the first's read
+        calls.clear()
+        verify_all(extractors, images, ring)
+        assert sum(calls) == tiles_read // 2  # the portal's reader shares them
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for a, b in zip(alone, shared, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(alone[0], alone[1])  # the same logits, voted with other flips
