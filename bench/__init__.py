@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "watermark-embed": "bench.watermark_embed",
     "watermark-offset": "bench.watermark_offset",
     "watermark-forgery": "bench.watermark_forgery",
+    "watermark-fold": "bench.watermark_fold",
     "video": "bench.video",
     "pointcloud": "bench.pointcloud",
     "pointcloud-encodings": "bench.pointcloud_encodings",

@@ -469,7 +469,7 @@ def _digest(tensors: Iterator[torch.Tensor] | list[torch.Tensor]) -> str:
     h = hashlib.blake2b(digest_size=16)
     for t in tensors:
         h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.contiguous().numpy().tobytes())
+        h.update(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())  # any dtype, bf16 too
     return h.hexdigest()
 
 
