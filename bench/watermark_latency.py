@@ -80,16 +80,20 @@ def photo_jpeg(side: int, seed: int) -> bytes:
 
 #: The portal's default extractors (``webapp.portal.conf.DEFAULT_EXTRACTORS``): every check reads with each.
 PORTAL_EXTRACTORS = tuple(reference.removeprefix("zoo:") for reference in DEFAULT_EXTRACTORS.split(","))
+#: The reader the portal's default gained last; the worker's 4-MP read is measured without it too, in the same
+#: run, so what it costs is a ratio on one machine (it shares its extractor's tile reads with molm-photo-tiles').
+NEWEST_READER = "molm-photo-parity"
 
 
-def extractor_folders(workdir: Path) -> tuple[list[Path], str]:
-    """The portal's default extractors whose checkpoints are committed, else one of the same architecture
-    with random weights (latency depends on the architecture and the reading mode, not on the weights)."""
+def extractor_folders(workdir: Path, *, leave_out: str | None = None) -> tuple[list[Path], str]:
+    """The portal's default extractors (less ``leave_out``) whose checkpoints are committed, else one of the same
+    architecture with random weights (latency depends on the architecture and the reading mode, not on the
+    weights)."""
     from mlcore.catalog import materialize
     from mlcore.jobs.references import builtin_items
 
     items = builtin_items()
-    committed = [name for name in PORTAL_EXTRACTORS if (ROOT / items[name].stamp).is_file()]
+    committed = [name for name in PORTAL_EXTRACTORS if name != leave_out and (ROOT / items[name].stamp).is_file()]
     if committed:
         return [materialize(items[name]) for name in committed], " + ".join(f"zoo:{name}" for name in committed)
     import torch
@@ -113,8 +117,9 @@ def _keyring(n: int, num_bits: int) -> list[Any]:
     return [KeyRecord(id=str(i), name="", organisation=f"org {i % 50}", bits=b) for i, b in enumerate(bits)]
 
 
-def component_latency(folders: list[Path], keys: int, repeats: int) -> dict[str, Any]:
-    """A verify worker's part of a check: open the image, read it with every extractor, match."""
+def component_latency(folders: list[Path], keys: int, repeats: int, *, only: str | None = None) -> dict[str, Any]:
+    """A verify worker's part of a check: open the image, read it with every extractor, match (``only``: that
+    image alone)."""
     from mlcore.watermark.readers import verify_all
     from mlcore.watermark.verification import cached_extractor, open_image
 
@@ -131,6 +136,8 @@ def component_latency(folders: list[Path], keys: int, repeats: int) -> dict[str,
         "4 MP JPEG": photo_jpeg(PHOTO_SIDE, 1),
     }
     for label, data in images.items():
+        if only is not None and label != only:
+            continue
         verify([open_image(data)])  # warm-up
         times = []
         for _ in range(repeats):
@@ -219,6 +226,12 @@ def section(tier: str) -> tuple[str, dict[str, Any]]:
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         data["busy"] = {"error": str(exc)[-1500:]}
     data["component"] = component_latency(folders, sizes["keys"], sizes["component"])
+    before, before_source = extractor_folders(workdir, leave_out=NEWEST_READER)
+    if len(before) < len(folders):
+        data["component_before"] = {
+            "extractors": before_source,
+            **component_latency(before, sizes["keys"], sizes["component"], only="4 MP JPEG"),
+        }
     data["batch"] = batch_throughput(folders[0], sizes["keys"], sizes["batch"])  # a job reads with one extractor
 
     rows = []
@@ -234,6 +247,12 @@ def section(tier: str) -> tuple[str, dict[str, Any]]:
             )
     for image, r in data["component"].items():
         rows.append(f"| worker: open + extract + match, {image} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | |")
+    if "component_before" in data:
+        r, now = data["component_before"]["4 MP JPEG"], data["component"]["4 MP JPEG"]
+        rows.append(
+            f"| worker, 4 MP JPEG, without zoo:{NEWEST_READER} (the default before it) | {r['p50_ms']:.1f} "
+            f"| {r['p95_ms']:.1f} | with it: ×{now['p50_ms'] / r['p50_ms']:.2f} at p50 |"
+        )
     busy = data["busy"]
     busy_rows = []
     if "error" in busy:
