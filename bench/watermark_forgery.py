@@ -18,7 +18,7 @@ pastes those photos' content too, which steers the reader's flips towards the st
 ``zoo:molm-photo-parity`` takes the flips from folded projections ("Folded projections"), whose parity
 the pasted content does not steer.
 
-Both are measured on the embed study's protocol and images: the bits read back through the portal's
+All three are measured on the embed study's protocol and images: the bits read back through the portal's
 path on its crops of the shipped photos (:func:`bench.watermark_embed.molm_rows`), and the three
 forgers in one run (:func:`bench.watermark_embed.bundle_forgery`: the same ``FORGE_SIDE``-px sources,
 clean targets and key, the same 1 % FPR threshold τ), so each plain forger's row is the baseline of
