@@ -74,8 +74,8 @@ MODELS: tuple[BuiltinItem, ...] = (
         description=(
             "molm-photo's markers and extractor, unchanged, marking every tile of a fixed grid with the key "
             "flipped by the tile's own content and reading it back by undoing those flips (spread spectrum): "
-            "reads better than the secret phase, and averaging marked photos forges it rarely "
-            "(bench/results/watermark-forgery.md)."
+            "reads better than the secret phase, and averaging marked photos forges it rarely, except a forger who "
+            "pastes their mean, content and all (bench/results/watermark-forgery.md; molm-photo-parity resists him)."
         ),
         builder="mlcore.zoo.molm_photo:build_molm_photo_tiles",
         card={"num_bits": 48, "P": 8, "image_size": 32, "recipe": "molm-photo"},
