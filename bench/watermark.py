@@ -440,7 +440,7 @@ def embed_section(results: Path) -> list[str]:
     """The embed path's tables on photos at their own size (``python -m bench watermark-embed``), as that
     study last wrote them in ``results``: its main section and its forgery table, a heading level down,
     and after them the forgery study's (``python -m bench watermark-forgery``: the photo markers read and
-    forged both ways, two levels down; issue #23 asks for them in this report)."""
+    forged each way, two levels down; issue #23 asks for them in this report)."""
     kept = report_excerpt(
         results / "watermark-embed.md",
         (
@@ -460,7 +460,7 @@ def embed_section(results: Path) -> list[str]:
     if aligned:
         aligned = [
             "",
-            "### The photo markers both ways: per-tile keys and the secret phase, read and forged",
+            "### The photo markers each way: folded per-tile keys, per-tile keys and the secret phase, read and forged",
             "",
             f"Copied from bench/results/watermark-forgery.md (`python -m bench watermark-forgery --tier full`, "
             f"written {written_at(results / 'watermark-forgery.json')}).",

@@ -88,7 +88,7 @@ def test_the_report_adds_the_forgery_studys_sections_after_the_embed_studys_when
     (tmp_path / "watermark-embed.json").write_text(json.dumps({"written_at": "2026-12-05"}))
     (tmp_path / "watermark-forgery.json").write_text(json.dumps({"written_at": "2026-12-06"}))
     text = "\n".join(bench.embed_section(tmp_path))
-    assert text.index("### Forgery by averaging") < text.index("### The photo markers both ways")
+    assert text.index("### Forgery by averaging") < text.index("### The photo markers each way")
     for heading in ("#### How well each reads", "#### Forgery", "##### zoo:molm-photo-tiles", "#### The forger who"):
         assert f"\n{heading}" in text
     assert "| 10 | 0.04 |" in text and "| re-marked |" in text and "written 2026-12-06" in text
