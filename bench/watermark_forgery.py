@@ -239,7 +239,7 @@ def report(markers: dict[str, dict[str, Any]], tier: str) -> str:
 
 
 def run(tier: str, results: Path) -> None:
-    """Both ways of marking, read and forged on the embed study's images, key and phases."""
+    """Each way of marking, read and forged on the embed study's images, key and phases."""
     import torch
 
     from mlcore.catalog import materialize
