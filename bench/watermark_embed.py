@@ -939,13 +939,16 @@ def study_inputs(tier: str) -> dict[str, Any]:
     }
 
 
-def forgery_inputs(sources: int, targets: int) -> dict[str, list[np.ndarray]]:
+def forgery_inputs(
+    sources: int, targets: int, seeds: tuple[int, int, int] = (21, 22, 23)
+) -> dict[str, list[np.ndarray]]:
     """The forgery's seeded ``FORGE_SIDE``-px crops: the photos marked (``sources``), the forger's own
-    clean photos and the clean ``targets`` (each list a prefix of a longer one with the same seed)."""
+    clean photos and the clean ``targets`` (each list a prefix of a longer one with the same seed), drawn
+    with ``seeds`` in that order."""
     return {
-        "sources": square_crops(sources, FORGE_SIDE, seed=21),
-        "own_clean": square_crops(max(FORGE_NS), FORGE_SIDE, seed=22),
-        "targets": square_crops(targets, FORGE_SIDE, seed=23),
+        "sources": square_crops(sources, FORGE_SIDE, seed=seeds[0]),
+        "own_clean": square_crops(max(FORGE_NS), FORGE_SIDE, seed=seeds[1]),
+        "targets": square_crops(targets, FORGE_SIDE, seed=seeds[2]),
     }
 
 

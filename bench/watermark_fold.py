@@ -34,7 +34,6 @@ from bench.cache import Store
 from bench.common import full_tier_cache, stamp, write_results
 from bench.watermark_embed import (
     ATTACKS,
-    FORGE_NS,
     FORGE_SIDE,
     TARGET_PSNR,
     _cached,
@@ -42,8 +41,8 @@ from bench.watermark_embed import (
     _path_stamp,
     crops,
     forgery,
+    forgery_inputs,
     molm_rows,
-    square_crops,
 )
 
 NAME = "watermark-fold"
@@ -137,11 +136,7 @@ def run(tier: str, results: Path) -> None:
     cache = full_tier_cache(Store.named(NAME), tier)
     base = materialize(builtin_items()["molm-photo-tiles"])
     images = crops(settings["crops"], seed=CROP_SEED)
-    inputs = {
-        "sources": square_crops(settings["sources"], FORGE_SIDE, seed=FORGE_SEEDS[0]),
-        "own_clean": square_crops(max(FORGE_NS), FORGE_SIDE, seed=FORGE_SEEDS[1]),
-        "targets": square_crops(settings["targets"], FORGE_SIDE, seed=FORGE_SEEDS[2]),
-    }
+    inputs = forgery_inputs(settings["sources"], settings["targets"], seeds=FORGE_SEEDS)
     measured: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for period in settings["periods"]:

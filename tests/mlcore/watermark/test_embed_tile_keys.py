@@ -130,15 +130,20 @@ def test_a_config_that_asks_for_both_a_secret_phase_and_tile_keys_is_refused():
             embed.tile_key_scheme(SimpleNamespace(config={embed.TILE_KEYS: scheme}))
 
 
-def test_photos_marked_with_tile_keys_read_back_their_keys_as_written_and_after_jpeg(bundles, photos):
-    tiles, _ = bundles
+def _read_back(bundle, photos: list[np.ndarray], first_key: int) -> tuple[list[int], list[int], list[int]]:
+    """Each photo marked with its own key, and the key's matched bits as written, after JPEG-75 and unmarked."""
     written, jpeg, clean = [], [], []
-    for i, pixels in enumerate(photos[:4]):
-        key = _key(10 + i)
-        marked = _marked(tiles, pixels, key)
-        written.append(_matched(tiles, marked, key))
-        jpeg.append(_matched(tiles, marked, key, jpeg=75))
-        clean.append(_matched(tiles, pixels, key))
+    for i, pixels in enumerate(photos):
+        key = _key(first_key + i)
+        marked = _marked(bundle, pixels, key)
+        written.append(_matched(bundle, marked, key))
+        jpeg.append(_matched(bundle, marked, key, jpeg=75))
+        clean.append(_matched(bundle, pixels, key))
+    return written, jpeg, clean
+
+
+def test_photos_marked_with_tile_keys_read_back_their_keys_as_written_and_after_jpeg(bundles, photos):
+    written, jpeg, clean = _read_back(bundles[0], photos[:4], first_key=10)
     # Measured here: 39-46 of 48 as written, 27-41 after JPEG-75.
     assert min(written) >= PORTAL_BITS and np.mean(jpeg) >= 0.6 * 48
     assert max(clean) < PORTAL_BITS and np.mean(clean) <= 0.6 * 48
@@ -237,14 +242,7 @@ def test_the_parity_item_is_molm_photo_with_a_folded_scheme(parity_dir):
 
 
 def test_photos_marked_with_folded_keys_read_back_as_written_and_after_jpeg_and_not_where_unmarked(parity_dir, photos):
-    parity = load_bundle(parity_dir)
-    written, jpeg, clean = [], [], []
-    for i, pixels in enumerate(photos[4:7]):
-        key = _key(20 + i)
-        marked = _marked(parity, pixels, key)
-        written.append(_matched(parity, marked, key))
-        jpeg.append(_matched(parity, marked, key, jpeg=75))
-        clean.append(_matched(parity, pixels, key))
+    written, jpeg, clean = _read_back(load_bundle(parity_dir), photos[4:7], first_key=20)
     # Measured here: 42-47 of 48 as written, 31-42 after JPEG-75, 21-29 unmarked.
     assert min(written) >= PORTAL_BITS and np.mean(jpeg) >= 0.6 * 48
     assert max(clean) < PORTAL_BITS
